@@ -1,0 +1,414 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The on-disk store. Objects are plain files named by the hex digest in 256
+ * fan-out folders; a put writes DIR/tmp/<hex>.<kind>.<pid>.<n>, and flush
+ * makes all staged files durable with one syncfs(2) before renaming each into
+ * place and fsyncing the folders it touched. */
+#include "backend.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "dset.h"
+#include "fs.h"
+#include "log.h"
+
+#define FLUSH_COUNT 4096
+#define FLUSH_BYTES (256ull << 20)
+
+struct pending {
+  st_kind kind;
+  st_digest digest;
+  char tmp[96];
+};
+
+typedef struct {
+  st_backend base;
+  char *path;
+  int rootfd;
+  pthread_mutex_t lock;
+  struct pending *pending;
+  size_t n_pending, cap_pending;
+  uint64_t pending_bytes;
+  st_dset *pending_set[ST_KIND_COUNT]; /* digest -> index into pending */
+  unsigned long counter;
+} dir_backend;
+
+static const char *const kind_dirs[] = {"chunks", "indexes", "manifests"};
+static const char *const kind_names[] = {"chunk", "index", "manifest"};
+
+const char *st_kind_dir(st_kind k) { return k < ST_KIND_COUNT ? kind_dirs[k] : "?"; }
+const char *st_kind_name(st_kind k) { return k < ST_KIND_COUNT ? kind_names[k] : "object"; }
+
+static void object_path(char *buf, size_t len, st_kind k, const st_digest *d) {
+  char hex[ST_DIGEST_HEX_LEN + 1];
+  st_digest_hex(d, hex);
+  snprintf(buf, len, "%s/%.2s/%s", kind_dirs[k], hex, hex);
+}
+
+static int dir_read(int dirfd, const char *path, size_t max, uint8_t **data, size_t *len,
+                    const char *what, st_error *err) {
+  _cleanup_close_ int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    if (errno == ENOENT)
+      return st_error_set(err, ST_ENOENT, "%s not found", what);
+    return st_error_errno(err, errno, "%s", what);
+  }
+  struct stat st;
+  if (fstat(fd, &st) < 0)
+    return st_error_errno(err, errno, "%s", what);
+  if ((uint64_t)st.st_size > max)
+    return st_error_set(err, ST_ELIMIT, "%s: stored size %lld exceeds the limit of %zu", what,
+                        (long long)st.st_size, max);
+  uint8_t *buf = malloc((size_t)st.st_size + 1);
+  if (!buf)
+    return st_error_set(err, ST_ENOMEM, "%s: out of memory", what);
+  ssize_t n = st_pread_all(fd, buf, (size_t)st.st_size, 0);
+  if (n < 0) {
+    free(buf);
+    return st_error_errno(err, (int)-n, "%s", what);
+  }
+  buf[n] = 0;
+  *data = buf;
+  *len = (size_t)n;
+  return ST_OK;
+}
+
+static int dir_get(st_backend *b, st_kind k, const st_digest *d, size_t max, uint8_t **data,
+                   size_t *len, st_error *err) {
+  dir_backend *db = (dir_backend *)b;
+  char path[PATH_MAX], hex[ST_DIGEST_HEX_LEN + 1], what[128];
+  snprintf(what, sizeof what, "%s %s", kind_names[k], st_digest_hex(d, hex));
+  pthread_mutex_lock(&db->lock);
+  uint64_t idx;
+  bool staged = st_dset_get(db->pending_set[k], d, &idx);
+  if (staged)
+    snprintf(path, sizeof path, "tmp/%s", db->pending[idx].tmp);
+  pthread_mutex_unlock(&db->lock);
+  if (!staged)
+    object_path(path, sizeof path, k, d);
+  return dir_read(db->rootfd, path, max, data, len, what, err);
+}
+
+static int dir_has(st_backend *b, st_kind k, const st_digest *d, st_error *err) {
+  dir_backend *db = (dir_backend *)b;
+  pthread_mutex_lock(&db->lock);
+  bool staged = st_dset_get(db->pending_set[k], d, NULL);
+  pthread_mutex_unlock(&db->lock);
+  if (staged)
+    return 1;
+  char path[PATH_MAX];
+  object_path(path, sizeof path, k, d);
+  struct stat st;
+  if (fstatat(db->rootfd, path, &st, AT_SYMLINK_NOFOLLOW) == 0)
+    return 1;
+  if (errno == ENOENT)
+    return 0;
+  return st_error_errno(err, errno, "%s", path);
+}
+
+/* Renames one staged file into place, creating its fan-out folder if needed. */
+static int publish(dir_backend *db, const struct pending *p, bool *touched, st_error *err) {
+  char path[PATH_MAX], tmp[128], hex[ST_DIGEST_HEX_LEN + 1];
+  object_path(path, sizeof path, p->kind, &p->digest);
+  snprintf(tmp, sizeof tmp, "tmp/%s", p->tmp);
+  st_digest_hex(&p->digest, hex);
+  for (int attempt = 0;; attempt++) {
+    if (renameat(db->rootfd, tmp, db->rootfd, path) == 0)
+      break;
+    if (errno != ENOENT || attempt > 0)
+      return st_error_errno(err, errno, "store %s: rename %s", db->path, path);
+    char sub[64];
+    snprintf(sub, sizeof sub, "%s/%.2s", kind_dirs[p->kind], hex);
+    if (mkdirat(db->rootfd, kind_dirs[p->kind], 0755) < 0 && errno != EEXIST)
+      return st_error_errno(err, errno, "store %s: mkdir %s", db->path, kind_dirs[p->kind]);
+    if (mkdirat(db->rootfd, sub, 0755) < 0 && errno != EEXIST)
+      return st_error_errno(err, errno, "store %s: mkdir %s", db->path, sub);
+  }
+  unsigned fan = (unsigned)p->digest.bytes[0];
+  touched[p->kind * 256 + fan] = true;
+  return ST_OK;
+}
+
+/* Caller holds db->lock. */
+static int flush_locked(dir_backend *db, st_error *err) {
+  if (db->n_pending == 0)
+    return ST_OK;
+  if (syncfs(db->rootfd) < 0)
+    return st_error_errno(err, errno, "store %s: syncfs", db->path);
+  bool touched[ST_KIND_COUNT * 256] = {false};
+  int rc = ST_OK;
+  size_t i = 0;
+  for (; i < db->n_pending && rc == ST_OK; i++)
+    rc = publish(db, &db->pending[i], touched, err);
+  if (rc < 0) { /* drop what could not be published; nothing half-visible */
+    for (size_t j = i - 1; j < db->n_pending; j++) {
+      char tmp[128];
+      snprintf(tmp, sizeof tmp, "tmp/%s", db->pending[j].tmp);
+      unlinkat(db->rootfd, tmp, 0);
+    }
+  }
+  for (unsigned t = 0; t < ST_KIND_COUNT * 256 && rc == ST_OK; t++) {
+    if (!touched[t])
+      continue;
+    char sub[64];
+    snprintf(sub, sizeof sub, "%s/%02x", kind_dirs[t / 256], t % 256);
+    rc = st_fsync_dir_at(db->rootfd, sub, err);
+  }
+  db->n_pending = 0;
+  db->pending_bytes = 0;
+  for (int k = 0; k < ST_KIND_COUNT; k++)
+    st_dset_clear(db->pending_set[k]);
+  return rc;
+}
+
+static int dir_put(st_backend *b, st_kind k, const st_digest *d, const void *data, size_t len,
+                   st_error *err) {
+  dir_backend *db = (dir_backend *)b;
+  char hex[ST_DIGEST_HEX_LEN + 1], name[96], tmp[128];
+  st_digest_hex(d, hex);
+  pthread_mutex_lock(&db->lock);
+  unsigned long n = db->counter++;
+  bool staged = st_dset_get(db->pending_set[k], d, NULL);
+  pthread_mutex_unlock(&db->lock);
+  if (staged)
+    return ST_OK;
+  snprintf(name, sizeof name, "%s.%d.%ld.%lu", hex, (int)k, (long)getpid(), n);
+  snprintf(tmp, sizeof tmp, "tmp/%s", name);
+  int fd = openat(db->rootfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return st_error_errno(err, errno, "store %s: %s %s", db->path, kind_names[k], hex);
+  int rc = st_write_all(fd, data, len);
+  if (close(fd) < 0 && rc == 0)
+    rc = -errno;
+  if (rc < 0) {
+    unlinkat(db->rootfd, tmp, 0);
+    return st_error_errno(err, -rc, "store %s: write %s %s", db->path, kind_names[k], hex);
+  }
+  pthread_mutex_lock(&db->lock);
+  if (db->n_pending == db->cap_pending) {
+    size_t cap = db->cap_pending ? db->cap_pending * 2 : 256;
+    struct pending *np = realloc(db->pending, cap * sizeof *np);
+    if (!np) {
+      pthread_mutex_unlock(&db->lock);
+      unlinkat(db->rootfd, tmp, 0);
+      return st_error_set(err, ST_ENOMEM, "store: out of memory");
+    }
+    db->pending = np;
+    db->cap_pending = cap;
+  }
+  if (st_dset_insert(db->pending_set[k], d, db->n_pending) == 0) {
+    pthread_mutex_unlock(&db->lock); /* another thread staged it meanwhile */
+    unlinkat(db->rootfd, tmp, 0);
+    return ST_OK;
+  }
+  struct pending *p = &db->pending[db->n_pending++];
+  p->kind = k;
+  p->digest = *d;
+  snprintf(p->tmp, sizeof p->tmp, "%s", name);
+  db->pending_bytes += len;
+  rc = ST_OK;
+  if (db->n_pending >= FLUSH_COUNT || db->pending_bytes >= FLUSH_BYTES)
+    rc = flush_locked(db, err);
+  pthread_mutex_unlock(&db->lock);
+  return rc;
+}
+
+static int dir_flush(st_backend *b, st_error *err) {
+  dir_backend *db = (dir_backend *)b;
+  pthread_mutex_lock(&db->lock);
+  int rc = flush_locked(db, err);
+  pthread_mutex_unlock(&db->lock);
+  return rc;
+}
+
+static int dir_del(st_backend *b, st_kind k, const st_digest *d, st_error *err) {
+  dir_backend *db = (dir_backend *)b;
+  char path[PATH_MAX];
+  object_path(path, sizeof path, k, d);
+  if (unlinkat(db->rootfd, path, 0) < 0)
+    return st_error_errno(err, errno, "store %s: delete %s", db->path, path);
+  return ST_OK;
+}
+
+static bool parse_hex_name(const char *name, st_digest *d) {
+  return strlen(name) == ST_DIGEST_HEX_LEN && st_digest_parse(d, name, NULL) == ST_OK;
+}
+
+static int dir_list(st_backend *b, st_kind k, st_backend_list_cb cb, void *ud, st_error *err) {
+  dir_backend *db = (dir_backend *)b;
+  for (unsigned fan = 0; fan < 256; fan++) {
+    char sub[64];
+    snprintf(sub, sizeof sub, "%s/%02x", kind_dirs[k], fan);
+    int fd = openat(db->rootfd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT)
+        continue;
+      return st_error_errno(err, errno, "store %s: %s", db->path, sub);
+    }
+    DIR *dir = fdopendir(fd);
+    if (!dir) {
+      close(fd);
+      return st_error_errno(err, errno, "store %s: %s", db->path, sub);
+    }
+    struct dirent *de;
+    int rc = 0;
+    while (rc == 0 && (de = readdir(dir))) {
+      if (de->d_name[0] == '.')
+        continue;
+      st_digest d;
+      struct stat st;
+      if (!parse_hex_name(de->d_name, &d) || (unsigned)d.bytes[0] != fan) {
+        st_warn("store %s: ignoring stray file %s/%s", db->path, sub, de->d_name);
+        continue;
+      }
+      if (fstatat(dirfd(dir), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        continue; /* deleted meanwhile */
+      rc = cb(&d, (uint64_t)st.st_size, ud);
+    }
+    closedir(dir);
+    if (rc)
+      return rc;
+  }
+  return ST_OK;
+}
+
+static bool meta_name_ok(const char *name) {
+  if (!*name || name[0] == '/' || strlen(name) > 200)
+    return false;
+  for (const char *p = name; *p; p++) {
+    char c = *p;
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-' || c == '/' || c == ':' || c == '+';
+    if (!ok)
+      return false;
+  }
+  return !strstr(name, "..") && !strstr(name, "//") && name[strlen(name) - 1] != '/';
+}
+
+static int dir_meta_get(st_backend *b, const char *name, size_t max, uint8_t **data, size_t *len,
+                        st_error *err) {
+  dir_backend *db = (dir_backend *)b;
+  if (!meta_name_ok(name))
+    return st_error_set(err, ST_EINVAL, "invalid metadata name '%s'", name);
+  char what[256];
+  snprintf(what, sizeof what, "%s/%s", db->path, name);
+  return dir_read(db->rootfd, name, max, data, len, what, err);
+}
+
+static int dir_meta_put(st_backend *b, const char *name, const void *data, size_t len,
+                        st_error *err) {
+  dir_backend *db = (dir_backend *)b;
+  if (!meta_name_ok(name))
+    return st_error_set(err, ST_EINVAL, "invalid metadata name '%s'", name);
+  const char *slash = strrchr(name, '/');
+  if (slash) {
+    char parent[256];
+    snprintf(parent, sizeof parent, "%.*s", (int)(slash - name), name);
+    int rc = st_mkdir_p(db->rootfd, parent, 0755, err);
+    if (rc < 0)
+      return rc;
+  }
+  int rc = st_write_file_atomic(db->rootfd, name, data, len, 0644, err);
+  return rc < 0 ? st_error_prefix(err, "store %s", db->path) : ST_OK;
+}
+
+static void dir_free(st_backend *b) {
+  dir_backend *db = (dir_backend *)b;
+  /* Unflushed puts are dropped: their temp files are removed. */
+  for (size_t i = 0; i < db->n_pending; i++) {
+    char tmp[128];
+    snprintf(tmp, sizeof tmp, "tmp/%s", db->pending[i].tmp);
+    unlinkat(db->rootfd, tmp, 0);
+  }
+  for (int k = 0; k < ST_KIND_COUNT; k++)
+    st_dset_free(db->pending_set[k]);
+  free(db->pending);
+  if (db->rootfd >= 0)
+    close(db->rootfd);
+  pthread_mutex_destroy(&db->lock);
+  free(db->path);
+  free(db);
+}
+
+static const st_backend_ops dir_ops = {
+    .name = "dir",
+    .get = dir_get,
+    .has = dir_has,
+    .put = dir_put,
+    .del = dir_del,
+    .list = dir_list,
+    .flush = dir_flush,
+    .meta_get = dir_meta_get,
+    .meta_put = dir_meta_put,
+    .free = dir_free,
+};
+
+/* Removes temp files left by processes that no longer run (kill -9). */
+static void clean_stale_tmp(dir_backend *db) {
+  int fd = openat(db->rootfd, "tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return;
+  DIR *dir = fdopendir(fd);
+  if (!dir) {
+    close(fd);
+    return;
+  }
+  struct dirent *de;
+  while ((de = readdir(dir))) {
+    long pid = 0;
+    int kind;
+    char hex[65];
+    if (sscanf(de->d_name, "%64[0-9a-f].%d.%ld.", hex, &kind, &pid) != 3 || pid <= 0)
+      continue;
+    if (kill((pid_t)pid, 0) < 0 && errno == ESRCH) {
+      st_debug("store %s: removing stale temp file %s", db->path, de->d_name);
+      unlinkat(dirfd(dir), de->d_name, 0);
+    }
+  }
+  closedir(dir);
+}
+
+int st_backend_dir_open(st_backend **out, const char *path, int create, st_error *err) {
+  if (create) {
+    int rc = st_mkdir_p(AT_FDCWD, path, 0755, err);
+    if (rc < 0)
+      return rc;
+  }
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return st_error_errno(err, errno, "store %s", path);
+  dir_backend *db = calloc(1, sizeof *db);
+  if (!db) {
+    close(fd);
+    return st_error_set(err, ST_ENOMEM, "store: out of memory");
+  }
+  db->base.ops = &dir_ops;
+  db->rootfd = fd;
+  db->path = strdup(path);
+  pthread_mutex_init(&db->lock, NULL);
+  for (int k = 0; k < ST_KIND_COUNT; k++)
+    db->pending_set[k] = st_dset_new();
+  if (!db->path || !db->pending_set[0] || !db->pending_set[1] || !db->pending_set[2]) {
+    dir_free(&db->base);
+    return st_error_set(err, ST_ENOMEM, "store: out of memory");
+  }
+  if (mkdirat(fd, "tmp", 0755) < 0 && errno != EEXIST && errno != EROFS && errno != EACCES) {
+    int e = errno;
+    dir_free(&db->base);
+    return st_error_errno(err, e, "store %s: mkdir tmp", path);
+  }
+  clean_stale_tmp(db);
+  *out = &db->base;
+  return ST_OK;
+}

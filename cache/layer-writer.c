@@ -1,0 +1,317 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Layer writer: the caller's thread reads and cuts; pool workers hash,
+ * deduplicate, compress and store each chunk. Every chunk job records its
+ * digest in its own slot, so the index is assembled after the pool drains. */
+#include "layer-writer.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "dset.h"
+#include "log.h"
+#include "pool.h"
+
+#define READ_BUF (1u << 20)
+
+struct chunk_job {
+  st_layer_writer *w;
+  uint8_t *data; /* owned until the job ran */
+  uint32_t len;
+  st_digest digest;
+};
+
+struct file_rec {
+  size_t entry;             /* index into the layer index */
+  struct chunk_job **jobs;  /* owned */
+  size_t n_jobs, cap_jobs;
+};
+
+struct st_layer_writer {
+  st_store *store;
+  st_layer_index *idx;
+  st_pool *pool;
+  st_chunker chunker;
+  /* current file */
+  bool in_file;
+  struct file_rec *cur;
+  uint8_t *buf;
+  size_t buf_len;
+  uint8_t *readbuf;
+  /* all files */
+  struct file_rec *files;
+  size_t n_files, cap_files;
+  /* shared with workers */
+  pthread_mutex_t lock;
+  st_dset *seen;
+  atomic_bool failed;
+  st_error first_err;
+  st_pack_stats stats;
+};
+
+int st_layer_writer_new(st_layer_writer **out, st_store *s, unsigned threads, st_error *err) {
+  st_layer_writer *w = calloc(1, sizeof *w);
+  if (!w)
+    return st_error_set(err, ST_ENOMEM, "out of memory");
+  const st_store_config *cfg = st_store_get_config(s);
+  w->store = s;
+  w->idx = st_layer_index_new(&cfg->chunking);
+  w->buf = malloc(cfg->chunking.max);
+  w->readbuf = malloc(READ_BUF);
+  w->seen = st_dset_new();
+  pthread_mutex_init(&w->lock, NULL);
+  st_chunker_init(&w->chunker, &cfg->chunking);
+  if (!w->idx || !w->buf || !w->readbuf || !w->seen) {
+    st_layer_writer_free(w);
+    return st_error_set(err, ST_ENOMEM, "out of memory");
+  }
+  int rc = st_pool_new(&w->pool, threads, threads * 4, err);
+  if (rc < 0) {
+    st_layer_writer_free(w);
+    return rc;
+  }
+  *out = w;
+  return ST_OK;
+}
+
+static void free_files(st_layer_writer *w) {
+  for (size_t i = 0; i < w->n_files; i++) {
+    for (size_t j = 0; j < w->files[i].n_jobs; j++) {
+      free(w->files[i].jobs[j]->data);
+      free(w->files[i].jobs[j]);
+    }
+    free(w->files[i].jobs);
+  }
+  free(w->files);
+  w->files = NULL;
+  w->n_files = w->cap_files = 0;
+}
+
+void st_layer_writer_free(st_layer_writer *w) {
+  if (!w)
+    return;
+  st_pool_free(w->pool);
+  free_files(w);
+  st_layer_index_free(w->idx);
+  st_dset_free(w->seen);
+  free(w->buf);
+  free(w->readbuf);
+  pthread_mutex_destroy(&w->lock);
+  free(w);
+}
+
+const st_pack_stats *st_layer_writer_stats(const st_layer_writer *w) { return &w->stats; }
+void st_layer_writer_skip(st_layer_writer *w) { w->stats.skipped++; }
+
+static void fail(st_layer_writer *w, const st_error *e) {
+  pthread_mutex_lock(&w->lock);
+  if (!w->failed) {
+    w->first_err = *e;
+    w->failed = true;
+  }
+  pthread_mutex_unlock(&w->lock);
+}
+
+static int check_failed(st_layer_writer *w, st_error *err) {
+  if (!w->failed)
+    return ST_OK;
+  pthread_mutex_lock(&w->lock);
+  int rc = st_error_set(err, w->first_err.code, "%s", w->first_err.msg);
+  pthread_mutex_unlock(&w->lock);
+  return rc;
+}
+
+/* Pool worker: hash, skip what this writer or the store already has,
+ * otherwise compress and store. */
+static void chunk_job_run(void *arg) {
+  struct chunk_job *j = arg;
+  st_layer_writer *w = j->w;
+  st_sha256(&j->digest, j->data, j->len);
+  if (!w->failed) {
+    pthread_mutex_lock(&w->lock);
+    int fresh = st_dset_insert(w->seen, &j->digest, 0);
+    pthread_mutex_unlock(&w->lock);
+    st_error e = {0};
+    uint64_t stored = 0;
+    int rc = fresh < 0 ? st_error_set(&e, ST_ENOMEM, "out of memory") : ST_OK;
+    if (fresh > 0)
+      rc = st_store_put_hashed(w->store, ST_KIND_CHUNK, &j->digest, j->data, j->len, &stored, &e);
+    if (rc < 0) {
+      fail(w, &e);
+    } else if (stored) {
+      pthread_mutex_lock(&w->lock);
+      w->stats.chunks_new++;
+      w->stats.bytes_new += j->len;
+      w->stats.bytes_new_stored += stored;
+      pthread_mutex_unlock(&w->lock);
+    }
+  }
+  free(j->data);
+  j->data = NULL;
+}
+
+static int submit_chunk(st_layer_writer *w, st_error *err) {
+  struct file_rec *f = w->cur;
+  if (f->n_jobs == f->cap_jobs) {
+    size_t cap = f->cap_jobs ? f->cap_jobs * 2 : 4;
+    struct chunk_job **n = realloc(f->jobs, cap * sizeof *n);
+    if (!n)
+      return st_error_set(err, ST_ENOMEM, "out of memory");
+    f->jobs = n;
+    f->cap_jobs = cap;
+  }
+  struct chunk_job *j = calloc(1, sizeof *j);
+  uint8_t *data = malloc(w->buf_len);
+  if (!j || !data) {
+    free(j);
+    free(data);
+    return st_error_set(err, ST_ENOMEM, "out of memory");
+  }
+  memcpy(data, w->buf, w->buf_len);
+  *j = (struct chunk_job){.w = w, .data = data, .len = (uint32_t)w->buf_len};
+  f->jobs[f->n_jobs++] = j;
+  w->buf_len = 0;
+  w->stats.chunks++;
+  st_pool_submit(w->pool, chunk_job_run, j);
+  return ST_OK;
+}
+
+int st_layer_writer_add(st_layer_writer *w, st_entry *e, st_error *err) {
+  switch (e->type) {
+  case ST_ENTRY_DIR: w->stats.dirs++; break;
+  case ST_ENTRY_SYMLINK: w->stats.symlinks++; break;
+  case ST_ENTRY_HARDLINK: w->stats.hardlinks++; break;
+  case ST_ENTRY_WHITEOUT: w->stats.whiteouts++; break;
+  default:
+    st_entry_clear(e);
+    return st_error_set(err, ST_EINVAL, "use begin_file for regular files");
+  }
+  return st_layer_index_add(w->idx, e, err);
+}
+
+int st_layer_writer_begin_file(st_layer_writer *w, st_entry *e, st_error *err) {
+  if (w->in_file || e->type != ST_ENTRY_REGULAR) {
+    st_entry_clear(e);
+    return st_error_set(err, ST_EINVAL, "begin_file: not a regular file or a file is open");
+  }
+  if (w->n_files == w->cap_files) {
+    size_t cap = w->cap_files ? w->cap_files * 2 : 256;
+    struct file_rec *n = realloc(w->files, cap * sizeof *n);
+    if (!n) {
+      st_entry_clear(e);
+      return st_error_set(err, ST_ENOMEM, "out of memory");
+    }
+    w->files = n;
+    w->cap_files = cap;
+  }
+  e->size = 0;
+  free(e->chunks);
+  e->chunks = NULL;
+  e->n_chunks = 0;
+  size_t entry = st_layer_index_count(w->idx);
+  int rc = st_layer_index_add(w->idx, e, err);
+  if (rc < 0)
+    return rc;
+  w->cur = &w->files[w->n_files++];
+  *w->cur = (struct file_rec){.entry = entry};
+  w->in_file = true;
+  w->buf_len = 0;
+  st_chunker_reset(&w->chunker);
+  w->stats.files++;
+  return ST_OK;
+}
+
+int st_layer_writer_write(st_layer_writer *w, const void *data, size_t len, st_error *err) {
+  const uint8_t *p = data;
+  int rc = check_failed(w, err);
+  if (rc < 0)
+    return rc;
+  st_layer_index_entry_mut(w->idx, w->cur->entry)->size += len;
+  w->stats.bytes += len;
+  while (len > 0) {
+    size_t k = st_chunker_scan(&w->chunker, p, len);
+    size_t take = k ? k : len;
+    memcpy(w->buf + w->buf_len, p, take);
+    w->buf_len += take;
+    p += take;
+    len -= take;
+    if (k && (rc = submit_chunk(w, err)) < 0)
+      return rc;
+  }
+  return ST_OK;
+}
+
+int st_layer_writer_end_file(st_layer_writer *w, st_error *err) {
+  w->in_file = false;
+  if (w->buf_len > 0)
+    return submit_chunk(w, err);
+  return check_failed(w, err);
+}
+
+int st_layer_writer_add_fd(st_layer_writer *w, st_entry *e, int fd, const char *path,
+                           st_error *err) {
+  int rc = st_layer_writer_begin_file(w, e, err);
+  if (rc < 0)
+    return rc;
+  for (;;) {
+    ssize_t n = read(fd, w->readbuf, READ_BUF);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      w->in_file = false;
+      return st_error_errno(err, errno, "read %s", path);
+    }
+    if (n == 0)
+      break;
+    if ((rc = st_layer_writer_write(w, w->readbuf, (size_t)n, err)) < 0) {
+      w->in_file = false;
+      return rc;
+    }
+  }
+  return st_layer_writer_end_file(w, err);
+}
+
+/* Moves each file's chunk digests from its jobs into its index entry. */
+static int assemble(st_layer_writer *w, st_error *err) {
+  for (size_t i = 0; i < w->n_files; i++) {
+    struct file_rec *f = &w->files[i];
+    st_entry *e = st_layer_index_entry_mut(w->idx, f->entry);
+    if (f->n_jobs == 0)
+      continue;
+    e->chunks = calloc(f->n_jobs, sizeof *e->chunks);
+    if (!e->chunks)
+      return st_error_set(err, ST_ENOMEM, "out of memory");
+    e->n_chunks = f->n_jobs;
+    for (size_t j = 0; j < f->n_jobs; j++)
+      e->chunks[j] = (st_chunk_ref){f->jobs[j]->digest, f->jobs[j]->len};
+  }
+  free_files(w);
+  return ST_OK;
+}
+
+int st_layer_writer_finish(st_layer_writer *w, st_digest *digest_out, st_layer_index **index_out,
+                           st_error *err) {
+  if (w->in_file)
+    return st_error_set(err, ST_EINVAL, "finish: a file is still open");
+  st_pool_wait(w->pool);
+  int rc = check_failed(w, err);
+  if (rc < 0)
+    return rc;
+  /* Chunks first, durable and visible, then the index that names them. */
+  if ((rc = st_store_flush(w->store, err)) < 0)
+    return rc;
+  if ((rc = assemble(w, err)) < 0)
+    return rc;
+  st_layer_index_sort(w->idx);
+  if ((rc = st_layer_index_save(w->store, w->idx, digest_out, err)) < 0)
+    return rc;
+  if (index_out) {
+    *index_out = w->idx;
+    w->idx = NULL;
+  }
+  return ST_OK;
+}

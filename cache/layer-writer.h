@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The layer writer turns entries and file contents into a layer: contents
+ * are cut by the chunker (a new chunk starts with every file), hashed,
+ * compressed and stored by a thread pool, and finish() stores the sorted,
+ * validated index. Sources (directory trees, archives) feed it. */
+#pragma once
+
+#include <stdint.h>
+
+#include "cleanup.h"
+#include "layer-index.h"
+#include "store.h"
+
+typedef struct st_layer_writer st_layer_writer;
+
+typedef struct {
+  uint64_t files, dirs, symlinks, hardlinks, whiteouts, skipped;
+  uint64_t bytes;           /* logical bytes of all regular files */
+  uint64_t chunks;          /* chunk references */
+  uint64_t chunks_new;      /* chunks this writer added to the store */
+  uint64_t bytes_new;       /* uncompressed bytes of those chunks */
+  uint64_t bytes_new_stored;/* compressed bytes written for them */
+} st_pack_stats;
+
+/* threads 0 = hash and compress inline. *out written only on success. */
+int st_layer_writer_new(st_layer_writer **out, st_store *s, unsigned threads, st_error *err);
+/* Waits for outstanding work; drops an unfinished layer. NULL is a no-op. */
+void st_layer_writer_free(st_layer_writer *w);
+ST_DEFINE_FREEP(st_layer_writer, st_layer_writer_free)
+
+/* Adds a directory, symlink, hardlink or whiteout entry (consumed). */
+int st_layer_writer_add(st_layer_writer *w, st_entry *e, st_error *err);
+/* Starts a regular file (e consumed; size and chunks are filled in as data
+ * arrives). One file at a time. */
+int st_layer_writer_begin_file(st_layer_writer *w, st_entry *e, st_error *err);
+int st_layer_writer_write(st_layer_writer *w, const void *data, size_t len, st_error *err);
+int st_layer_writer_end_file(st_layer_writer *w, st_error *err);
+/* begin_file + the whole content of fd + end_file. path names fd in errors. */
+int st_layer_writer_add_fd(st_layer_writer *w, st_entry *e, int fd, const char *path,
+                           st_error *err);
+
+/* Waits for every chunk, builds, validates and stores the index, flushes the
+ * store. digest_out gets the layer digest; index_out (nullable) the index
+ * (owned by caller). After a failure nothing references the partial layer. */
+int st_layer_writer_finish(st_layer_writer *w, st_digest *digest_out, st_layer_index **index_out,
+                           st_error *err);
+
+const st_pack_stats *st_layer_writer_stats(const st_layer_writer *w);
+/* Counts an input entry that was skipped (e.g. a device node). */
+void st_layer_writer_skip(st_layer_writer *w);
+
+/* Packing a directory tree. */
+typedef void (*st_progress_fn)(uint64_t done, uint64_t total, void *ud);
+typedef struct {
+  int64_t mtime;       /* every entry gets this mtime... */
+  int keep_mtime;      /* ...unless set: keep the source's (seconds) */
+  int owner_root;      /* record uid/gid 0 instead of the source's */
+  st_progress_fn progress; /* nullable */
+  void *progress_ud;
+} st_pack_opts;
+
+/* Walks dir (not following symlinks) and adds every entry to w: regular
+ * files, directories, symlinks, hardlinks (by inode), xattrs. Device nodes,
+ * sockets and FIFOs are skipped with a warning. */
+int st_layer_pack_dir(st_layer_writer *w, const char *dir, const st_pack_opts *opts,
+                      st_error *err);

@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Shared pieces of the strata command: options every subcommand takes,
+ * opening the store, and reporting errors as one line. */
+#pragma once
+
+#include <getopt.h>
+#include <stdbool.h>
+
+#include "error.h"
+#include "store.h"
+
+/* Exit codes (docs/CLI.md). */
+enum {
+  CLI_EXIT_OK = 0,
+  CLI_EXIT_FAIL = 1,  /* the operation failed; the message says why */
+  CLI_EXIT_USAGE = 2, /* bad command line */
+};
+
+typedef struct {
+  const char *store_path; /* --store, else default */
+  char *default_store;    /* owned */
+  unsigned threads;       /* -j; 0 = number of CPUs */
+  bool quiet;
+} cli_ctx;
+
+/* Long options every subcommand accepts; put them last in its table. */
+#define CLI_COMMON_LONGOPTS                                                                         \
+  {"store", required_argument, NULL, 'S'}, {"verbose", no_argument, NULL, 'v'},                   \
+      {"quiet", no_argument, NULL, 'q'}, {"jobs", required_argument, NULL, 'j'},                  \
+      {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}
+#define CLI_COMMON_SHORTOPTS "vqj:h"
+
+/* Handles a common option. Returns 1 if handled, 0 if not a common option,
+ * -1 on a bad value (message printed). 'h' is left to the caller. */
+int cli_common_opt(cli_ctx *ctx, int c, const char *arg);
+
+/* Opens the store (flags as st_store_open); prints the error on failure. */
+int cli_open_store(cli_ctx *ctx, unsigned flags, st_store **out);
+const char *cli_store_path(cli_ctx *ctx);
+unsigned cli_threads(const cli_ctx *ctx);
+
+/* Prints "strata: error: MSG" and returns CLI_EXIT_FAIL. */
+int cli_fail(const st_error *err);
+/* Prints "strata: MSG" and the usage hint; returns CLI_EXIT_USAGE. */
+int cli_usage_error(const char *usage, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Parses an unsigned decimal number with an optional K/M/G suffix. */
+int cli_parse_size(const char *text, uint64_t *out);
+
+int cmd_store(cli_ctx *ctx, int argc, char **argv);
+int cmd_layer(cli_ctx *ctx, int argc, char **argv);

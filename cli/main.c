@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The strata command: dispatches to subcommands. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "log.h"
+#include "strata-config.h"
+
+static const char usage[] =
+    "usage: strata [-v] [--store DIR] COMMAND [ARGS]\n"
+    "\n"
+    "commands:\n"
+    "  store init|fsck|stats        create, verify or measure a store\n"
+    "  layer pack|unpack|ls|diff    turn a tree into a layer and back\n"
+    "  version                      print the version\n"
+    "\n"
+    "Every command takes --store DIR (default: $STRATA_STORE, else a per-user\n"
+    "store), -v (more log output; also STRATA_LOG=debug), -q and -j N.\n";
+
+int main(int argc, char **argv) {
+  st_log_init_from_env();
+  cli_ctx ctx = {0};
+  int i = 1;
+  /* Common options may also come before the command. */
+  for (; i < argc && argv[i][0] == '-'; i++) {
+    if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose"))
+      cli_common_opt(&ctx, 'v', NULL);
+    else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet"))
+      cli_common_opt(&ctx, 'q', NULL);
+    else if (!strcmp(argv[i], "--store") && i + 1 < argc)
+      ctx.store_path = argv[++i];
+    else if (!strncmp(argv[i], "--store=", 8))
+      ctx.store_path = argv[i] + 8;
+    else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      fputs(usage, stdout);
+      return CLI_EXIT_OK;
+    } else {
+      fprintf(stderr, "strata: unknown option '%s'\n%s", argv[i], usage);
+      return CLI_EXIT_USAGE;
+    }
+  }
+  if (i >= argc) {
+    fputs(usage, stderr);
+    return CLI_EXIT_USAGE;
+  }
+  const char *cmd = argv[i];
+  int rc;
+  if (!strcmp(cmd, "store"))
+    rc = cmd_store(&ctx, argc - i, argv + i);
+  else if (!strcmp(cmd, "layer"))
+    rc = cmd_layer(&ctx, argc - i, argv + i);
+  else if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+    printf("strata %s\n", STRATA_VERSION);
+    rc = CLI_EXIT_OK;
+  } else if (!strcmp(cmd, "help")) {
+    fputs(usage, stdout);
+    rc = CLI_EXIT_OK;
+  } else {
+    fprintf(stderr, "strata: unknown command '%s'\n%s", cmd, usage);
+    rc = CLI_EXIT_USAGE;
+  }
+  free(ctx.default_store);
+  return rc;
+}
