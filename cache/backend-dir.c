@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,8 +42,10 @@ typedef struct {
   size_t n_pending, cap_pending;
   uint64_t pending_bytes;
   st_dset *pending_set[ST_KIND_COUNT]; /* digest -> index into pending */
-  unsigned long counter;
 } dir_backend;
+
+/* Temp names are unique per process, across every open store. */
+static atomic_ulong tmp_counter;
 
 static const char *const kind_dirs[] = {"chunks", "indexes", "manifests"};
 static const char *const kind_names[] = {"chunk", "index", "manifest"};
@@ -178,11 +181,11 @@ static int dir_put(st_backend *b, st_kind k, const st_digest *d, const void *dat
   char hex[ST_DIGEST_HEX_LEN + 1], name[96], tmp[128];
   st_digest_hex(d, hex);
   pthread_mutex_lock(&db->lock);
-  unsigned long n = db->counter++;
   bool staged = st_dset_get(db->pending_set[k], d, NULL);
   pthread_mutex_unlock(&db->lock);
   if (staged)
     return ST_OK;
+  unsigned long n = atomic_fetch_add(&tmp_counter, 1);
   snprintf(name, sizeof name, "%s.%d.%ld.%lu", hex, (int)k, (long)getpid(), n);
   snprintf(tmp, sizeof tmp, "tmp/%s", name);
   int fd = openat(db->rootfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);

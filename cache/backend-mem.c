@@ -91,7 +91,17 @@ static int mem_put(st_backend *b, st_kind k, const st_digest *d, const void *dat
     mb->fail_after--;
   uint64_t i;
   if (st_dset_get(mb->index[k], d, &i)) {
-    mb->objs[k][i].deleted = false;
+    struct object *o = &mb->objs[k][i];
+    if (o->deleted) { /* a put after a delete stores the new bytes */
+      uint8_t *copy = malloc(len ? len : 1);
+      if (!copy) {
+        rc = st_error_set(err, ST_ENOMEM, "out of memory");
+        goto out;
+      }
+      memcpy(copy, data, len);
+      free(o->data);
+      *o = (struct object){*d, copy, len, false};
+    }
     goto out;
   }
   if (mb->n_objs[k] == mb->cap_objs[k]) {
