@@ -39,9 +39,15 @@ typedef struct {
   int rootfd;
   pthread_mutex_t lock;
   struct pending *pending;
-  size_t n_pending, cap_pending;
+  size_t n_pending, cap_pending, cap_publishing;
   uint64_t pending_bytes;
   st_dset *pending_set[ST_KIND_COUNT]; /* digest -> index into pending */
+  /* Being published by a flush (outside `lock`): still "present". */
+  pthread_mutex_t flush_lock;
+  struct pending *publishing;
+  size_t n_publishing;
+  st_dset *publishing_set[ST_KIND_COUNT];
+  long pid;
 } dir_backend;
 
 /* Temp names are unique per process, across every open store. */
@@ -59,6 +65,9 @@ static void object_path(char *buf, size_t len, st_kind k, const st_digest *d) {
   snprintf(buf, len, "%s/%.2s/%s", kind_dirs[k], hex, hex);
 }
 
+/* Reads a whole object. Objects bounded by a small max (chunks) are read
+ * straight into a max-sized buffer, skipping the fstat; a short read of a
+ * regular file means end of file. */
 static int dir_read(int dirfd, const char *path, size_t max, uint8_t **data, size_t *len,
                     const char *what, st_error *err) {
   _cleanup_close_ int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -67,19 +76,35 @@ static int dir_read(int dirfd, const char *path, size_t max, uint8_t **data, siz
       return st_error_set(err, ST_ENOENT, "%s not found", what);
     return st_error_errno(err, errno, "%s", what);
   }
-  struct stat st;
-  if (fstat(fd, &st) < 0)
-    return st_error_errno(err, errno, "%s", what);
-  if ((uint64_t)st.st_size > max)
-    return st_error_set(err, ST_ELIMIT, "%s: stored size %lld exceeds the limit of %zu", what,
-                        (long long)st.st_size, max);
-  uint8_t *buf = malloc((size_t)st.st_size + 1);
+  size_t cap = max + 1;
+  if (max > (4u << 20)) {
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+      return st_error_errno(err, errno, "%s", what);
+    if ((uint64_t)st.st_size > max)
+      return st_error_set(err, ST_ELIMIT, "%s: stored size %lld exceeds the limit of %zu", what,
+                          (long long)st.st_size, max);
+    cap = (size_t)st.st_size + 1;
+  }
+  uint8_t *buf = malloc(cap);
   if (!buf)
     return st_error_set(err, ST_ENOMEM, "%s: out of memory", what);
-  ssize_t n = st_pread_all(fd, buf, (size_t)st.st_size, 0);
+  ssize_t n;
+  do
+    n = pread(fd, buf, cap, 0);
+  while (n < 0 && errno == EINTR);
   if (n < 0) {
+    int e = errno;
     free(buf);
-    return st_error_errno(err, (int)-n, "%s", what);
+    return st_error_errno(err, e, "%s", what);
+  }
+  if ((size_t)n > max) {
+    free(buf);
+    return st_error_set(err, ST_ELIMIT, "%s: stored size exceeds the limit of %zu", what, max);
+  }
+  if ((size_t)n == cap) { /* grew since fstat: never for immutable objects */
+    free(buf);
+    return st_error_set(err, ST_ECORRUPT, "%s: changed while being read", what);
   }
   buf[n] = 0;
   *data = buf;
@@ -98,15 +123,21 @@ static int dir_get(st_backend *b, st_kind k, const st_digest *d, size_t max, uin
   if (staged)
     snprintf(path, sizeof path, "tmp/%s", db->pending[idx].tmp);
   pthread_mutex_unlock(&db->lock);
-  if (!staged)
-    object_path(path, sizeof path, k, d);
+  if (staged) {
+    int rc = dir_read(db->rootfd, path, max, data, len, what, err);
+    if (rc != ST_ENOENT)
+      return rc;
+    /* published meanwhile: read it from its final place */
+  }
+  object_path(path, sizeof path, k, d);
   return dir_read(db->rootfd, path, max, data, len, what, err);
 }
 
 static int dir_has(st_backend *b, st_kind k, const st_digest *d, st_error *err) {
   dir_backend *db = (dir_backend *)b;
   pthread_mutex_lock(&db->lock);
-  bool staged = st_dset_get(db->pending_set[k], d, NULL);
+  bool staged = st_dset_get(db->pending_set[k], d, NULL) ||
+                st_dset_get(db->publishing_set[k], d, NULL);
   pthread_mutex_unlock(&db->lock);
   if (staged)
     return 1;
@@ -143,21 +174,42 @@ static int publish(dir_backend *db, const struct pending *p, bool *touched, st_e
   return ST_OK;
 }
 
-/* Caller holds db->lock. */
-static int flush_locked(dir_backend *db, st_error *err) {
-  if (db->n_pending == 0)
-    return ST_OK;
-  if (syncfs(db->rootfd) < 0)
-    return st_error_errno(err, errno, "store %s: syncfs", db->path);
-  bool touched[ST_KIND_COUNT * 256] = {false};
+/* Makes the staged objects durable (one syncfs), then visible (renames),
+ * then their names durable (fsync of each fan-out folder touched). Runs
+ * outside `lock`, so other threads keep staging meanwhile; flush_lock keeps
+ * flushes in order. */
+static int flush(dir_backend *db, st_error *err) {
+  pthread_mutex_lock(&db->flush_lock);
+  pthread_mutex_lock(&db->lock);
+  struct pending *batch = db->pending;
+  size_t n = db->n_pending;
+  db->pending = db->publishing;
+  db->publishing = batch;
+  db->n_publishing = n;
+  size_t cap = db->cap_pending;
+  db->cap_pending = db->cap_publishing;
+  db->cap_publishing = cap;
+  db->n_pending = 0;
+  db->pending_bytes = 0;
+  for (int k = 0; k < ST_KIND_COUNT; k++) {
+    st_dset *t = db->publishing_set[k];
+    db->publishing_set[k] = db->pending_set[k];
+    db->pending_set[k] = t;
+    st_dset_clear(db->pending_set[k]);
+  }
+  pthread_mutex_unlock(&db->lock);
+
   int rc = ST_OK;
+  if (n > 0 && syncfs(db->rootfd) < 0)
+    rc = st_error_errno(err, errno, "store %s: syncfs", db->path);
+  bool touched[ST_KIND_COUNT * 256] = {false};
   size_t i = 0;
-  for (; i < db->n_pending && rc == ST_OK; i++)
-    rc = publish(db, &db->pending[i], touched, err);
+  for (; i < n && rc == ST_OK; i++)
+    rc = publish(db, &batch[i], touched, err);
   if (rc < 0) { /* drop what could not be published; nothing half-visible */
-    for (size_t j = i - 1; j < db->n_pending; j++) {
+    for (size_t j = i ? i - 1 : 0; j < n; j++) {
       char tmp[128];
-      snprintf(tmp, sizeof tmp, "tmp/%s", db->pending[j].tmp);
+      snprintf(tmp, sizeof tmp, "tmp/%s", batch[j].tmp);
       unlinkat(db->rootfd, tmp, 0);
     }
   }
@@ -168,10 +220,12 @@ static int flush_locked(dir_backend *db, st_error *err) {
     snprintf(sub, sizeof sub, "%s/%02x", kind_dirs[t / 256], t % 256);
     rc = st_fsync_dir_at(db->rootfd, sub, err);
   }
-  db->n_pending = 0;
-  db->pending_bytes = 0;
+  pthread_mutex_lock(&db->lock);
+  db->n_publishing = 0;
   for (int k = 0; k < ST_KIND_COUNT; k++)
-    st_dset_clear(db->pending_set[k]);
+    st_dset_clear(db->publishing_set[k]);
+  pthread_mutex_unlock(&db->lock);
+  pthread_mutex_unlock(&db->flush_lock);
   return rc;
 }
 
@@ -186,7 +240,7 @@ static int dir_put(st_backend *b, st_kind k, const st_digest *d, const void *dat
   if (staged)
     return ST_OK;
   unsigned long n = atomic_fetch_add(&tmp_counter, 1);
-  snprintf(name, sizeof name, "%s.%d.%ld.%lu", hex, (int)k, (long)getpid(), n);
+  snprintf(name, sizeof name, "%s.%d.%ld.%lu", hex, (int)k, db->pid, n);
   snprintf(tmp, sizeof tmp, "tmp/%s", name);
   int fd = openat(db->rootfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0)
@@ -220,19 +274,13 @@ static int dir_put(st_backend *b, st_kind k, const st_digest *d, const void *dat
   p->digest = *d;
   snprintf(p->tmp, sizeof p->tmp, "%s", name);
   db->pending_bytes += len;
-  rc = ST_OK;
-  if (db->n_pending >= FLUSH_COUNT || db->pending_bytes >= FLUSH_BYTES)
-    rc = flush_locked(db, err);
+  bool full = db->n_pending >= FLUSH_COUNT || db->pending_bytes >= FLUSH_BYTES;
   pthread_mutex_unlock(&db->lock);
-  return rc;
+  return full ? flush(db, err) : ST_OK;
 }
 
 static int dir_flush(st_backend *b, st_error *err) {
-  dir_backend *db = (dir_backend *)b;
-  pthread_mutex_lock(&db->lock);
-  int rc = flush_locked(db, err);
-  pthread_mutex_unlock(&db->lock);
-  return rc;
+  return flush((dir_backend *)b, err);
 }
 
 static int dir_del(st_backend *b, st_kind k, const st_digest *d, st_error *err) {
@@ -334,9 +382,13 @@ static void dir_free(st_backend *b) {
     snprintf(tmp, sizeof tmp, "tmp/%s", db->pending[i].tmp);
     unlinkat(db->rootfd, tmp, 0);
   }
-  for (int k = 0; k < ST_KIND_COUNT; k++)
+  for (int k = 0; k < ST_KIND_COUNT; k++) {
     st_dset_free(db->pending_set[k]);
+    st_dset_free(db->publishing_set[k]);
+  }
   free(db->pending);
+  free(db->publishing);
+  pthread_mutex_destroy(&db->flush_lock);
   if (db->rootfd >= 0)
     close(db->rootfd);
   pthread_mutex_destroy(&db->lock);
@@ -399,10 +451,16 @@ int st_backend_dir_open(st_backend **out, const char *path, int create, st_error
   db->base.ops = &dir_ops;
   db->rootfd = fd;
   db->path = strdup(path);
+  db->pid = (long)getpid();
   pthread_mutex_init(&db->lock, NULL);
-  for (int k = 0; k < ST_KIND_COUNT; k++)
+  pthread_mutex_init(&db->flush_lock, NULL);
+  bool sets_ok = true;
+  for (int k = 0; k < ST_KIND_COUNT; k++) {
     db->pending_set[k] = st_dset_new();
-  if (!db->path || !db->pending_set[0] || !db->pending_set[1] || !db->pending_set[2]) {
+    db->publishing_set[k] = st_dset_new();
+    sets_ok = sets_ok && db->pending_set[k] && db->publishing_set[k];
+  }
+  if (!db->path || !sets_ok) {
     dir_free(&db->base);
     return st_error_set(err, ST_ENOMEM, "store: out of memory");
   }

@@ -252,13 +252,14 @@ int st_layer_writer_end_file(st_layer_writer *w, st_error *err) {
   return check_failed(w, err);
 }
 
-int st_layer_writer_add_fd(st_layer_writer *w, st_entry *e, int fd, const char *path,
-                           st_error *err) {
+int st_layer_writer_add_fd(st_layer_writer *w, st_entry *e, int fd, uint64_t size,
+                           const char *path, st_error *err) {
   int rc = st_layer_writer_begin_file(w, e, err);
   if (rc < 0)
     return rc;
-  for (;;) {
-    ssize_t n = read(fd, w->readbuf, READ_BUF);
+  for (uint64_t got = 0; got < size;) {
+    size_t want = size - got < READ_BUF ? (size_t)(size - got) : READ_BUF;
+    ssize_t n = read(fd, w->readbuf, want);
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0) {
@@ -267,6 +268,7 @@ int st_layer_writer_add_fd(st_layer_writer *w, st_entry *e, int fd, const char *
     }
     if (n == 0)
       break;
+    got += (uint64_t)n;
     if ((rc = st_layer_writer_write(w, w->readbuf, (size_t)n, err)) < 0) {
       w->in_file = false;
       return rc;

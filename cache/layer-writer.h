@@ -35,9 +35,11 @@ int st_layer_writer_add(st_layer_writer *w, st_entry *e, st_error *err);
 int st_layer_writer_begin_file(st_layer_writer *w, st_entry *e, st_error *err);
 int st_layer_writer_write(st_layer_writer *w, const void *data, size_t len, st_error *err);
 int st_layer_writer_end_file(st_layer_writer *w, st_error *err);
-/* begin_file + the whole content of fd + end_file. path names fd in errors. */
-int st_layer_writer_add_fd(st_layer_writer *w, st_entry *e, int fd, const char *path,
-                           st_error *err);
+/* begin_file + the content of fd (up to EOF, or `size` bytes when the size
+ * is known, saving the read that would only find EOF) + end_file. path names
+ * fd in errors. */
+int st_layer_writer_add_fd(st_layer_writer *w, st_entry *e, int fd, uint64_t size,
+                           const char *path, st_error *err);
 
 /* Waits for every chunk, builds, validates and stores the index, flushes the
  * store. digest_out gets the layer digest; index_out (nullable) the index

@@ -216,7 +216,7 @@ static int add_node_entry(st_layer_writer *w, int rootfd, const char *root, stru
   }
   char what[PATH_MAX];
   snprintf(what, sizeof what, "%s/%s", root, nd->path);
-  return st_layer_writer_add_fd(w, &e, fd, what, err);
+  return st_layer_writer_add_fd(w, &e, fd, (uint64_t)st->st_size, what, err);
 }
 
 int st_layer_pack_dir(st_layer_writer *w, const char *dir, const st_pack_opts *opts,

@@ -34,12 +34,30 @@ struct unpack {
   atomic_bool warned_xattr;
   st_error first_err;
   atomic_uint_fast64_t files, bytes, xattrs_skipped;
+  uid_t euid;
+  gid_t egid;
+  mode_t umask;
+};
+
+/* A directory fd shared by the file jobs of one folder; closed by the last. */
+struct dirref {
+  int fd;
+  atomic_int refs;
 };
 
 struct file_job {
   struct unpack *u;
   const st_entry *e;
+  struct dirref *parent;
+  const char *name; /* last component of e->path */
 };
+
+static void dirref_put(struct dirref *r) {
+  if (r && atomic_fetch_sub(&r->refs, 1) == 1) {
+    close(r->fd);
+    free(r);
+  }
+}
 
 st_unpack_opts st_unpack_opts_default(void) {
   return (st_unpack_opts){.threads = st_cpu_count(), .chown = geteuid() == 0};
@@ -54,33 +72,46 @@ static void fail(struct unpack *u, const st_error *e) {
   pthread_mutex_unlock(&u->lock);
 }
 
-/* Opens the directory holding path (below destfd), one component at a time,
- * refusing symlinks and non-directories. *name points into path. */
-static int open_parent(struct unpack *u, const char *path, int *fd_out, const char **name,
-                       st_error *err) {
+/* Opens the directory dir (a relative path, "" for DEST) below destfd, one
+ * component at a time, refusing symlinks and non-directories. shown is the
+ * entry path used in messages. */
+static int open_dir(struct unpack *u, const char *dir, size_t dirlen, const char *shown,
+                    int *fd_out, st_error *err) {
   int fd = dup(u->destfd);
   if (fd < 0)
     return st_error_errno(err, errno, "%s", u->dest);
-  const char *p = path;
-  for (const char *slash; (slash = strchr(p, '/')); p = slash + 1) {
+  size_t off = 0;
+  while (off < dirlen) {
+    const char *p = dir + off;
+    const char *slash = memchr(p, '/', dirlen - off);
+    size_t len = slash ? (size_t)(slash - p) : dirlen - off;
     char comp[ST_NAME_MAX + 1];
-    size_t len = (size_t)(slash - p);
     memcpy(comp, p, len);
     comp[len] = '\0';
     int next = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     int e = errno;
     close(fd);
+    size_t upto = off + len;
     if (next < 0) {
       if (e == ELOOP || e == ENOTDIR)
         return st_error_set(err, ST_EUNSAFE, "%s/%s: '%.*s' is a symlink or not a directory",
-                            u->dest, path, (int)(slash - path), path);
-      return st_error_errno(err, e, "%s/%.*s", u->dest, (int)(slash - path), path);
+                            u->dest, shown, (int)upto, dir);
+      return st_error_errno(err, e, "%s/%.*s", u->dest, (int)upto, dir);
     }
     fd = next;
+    off = upto + 1;
   }
   *fd_out = fd;
-  *name = p;
   return ST_OK;
+}
+
+/* Opens the directory holding path; *name points into path. */
+static int open_parent(struct unpack *u, const char *path, int *fd_out, const char **name,
+                       st_error *err) {
+  const char *slash = strrchr(path, '/');
+  size_t dirlen = slash ? (size_t)(slash - path) : 0;
+  *name = slash ? slash + 1 : path;
+  return open_dir(u, path, dirlen, path, fd_out, err);
 }
 
 static void set_xattrs(struct unpack *u, int fd, const st_entry *e) {
@@ -116,15 +147,15 @@ static int write_chunks(struct unpack *u, int fd, const st_entry *e, st_error *e
   return ST_OK;
 }
 
-static int write_file(struct unpack *u, const st_entry *e, st_error *err) {
-  _cleanup_close_ int pfd = -1;
-  const char *name;
-  int rc = open_parent(u, e->path, &pfd, &name, err);
-  if (rc < 0)
-    return rc;
+static int write_file(struct unpack *u, const st_entry *e, int pfd, const char *name,
+                      st_error *err) {
+  /* Created with its final permission bits when umask allows; chmod after
+   * chown otherwise (chown clears set-id bits). */
+  bool do_chown = u->opts.chown && (e->uid != u->euid || e->gid != u->egid);
+  bool do_chmod = do_chown || (e->mode & 07000) || (e->mode & u->umask);
   _cleanup_close_ int fd = -1;
   for (int attempt = 0; attempt < 2; attempt++) {
-    fd = openat(pfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    fd = openat(pfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, e->mode & 0777);
     if (fd >= 0 || errno != EEXIST || attempt > 0)
       break;
     if (unlinkat(pfd, name, 0) < 0)
@@ -132,11 +163,12 @@ static int write_file(struct unpack *u, const st_entry *e, st_error *err) {
   }
   if (fd < 0)
     return st_error_errno(err, errno, "create %s/%s", u->dest, e->path);
-  if ((rc = write_chunks(u, fd, e, err)) < 0)
+  int rc = write_chunks(u, fd, e, err);
+  if (rc < 0)
     return rc;
-  if (u->opts.chown && fchown(fd, e->uid, e->gid) < 0)
+  if (do_chown && fchown(fd, e->uid, e->gid) < 0)
     return st_error_errno(err, errno, "chown %s/%s", u->dest, e->path);
-  if (fchmod(fd, e->mode) < 0)
+  if (do_chmod && fchmod(fd, e->mode) < 0)
     return st_error_errno(err, errno, "chmod %s/%s", u->dest, e->path);
   set_xattrs(u, fd, e);
   struct timespec ts[2] = {{e->mtime, 0}, {e->mtime, 0}};
@@ -153,9 +185,10 @@ static void file_job_run(void *arg) {
   struct file_job *j = arg;
   if (!j->u->failed) {
     st_error e = {0};
-    if (write_file(j->u, j->e, &e) < 0)
+    if (write_file(j->u, j->e, j->parent->fd, j->name, &e) < 0)
       fail(j->u, &e);
   }
+  dirref_put(j->parent);
   free(j);
 }
 
@@ -242,6 +275,9 @@ static int run_passes(struct unpack *u, st_pool *pool, st_unpack_stats *stats, s
   size_t n = st_layer_index_count(idx);
   uint64_t total = st_layer_index_content_bytes(idx);
   int rc = ST_OK;
+  struct dirref *parent = NULL; /* the folder of the last file handed out */
+  const char *parent_path = NULL;
+  size_t parent_len = 0;
   for (size_t i = 1; i < n && rc == ST_OK && !u->failed; i++) {
     const st_entry *e = st_layer_index_entry(idx, i);
     switch (e->type) {
@@ -254,10 +290,29 @@ static int run_passes(struct unpack *u, st_pool *pool, st_unpack_stats *stats, s
       stats->symlinks++;
       break;
     case ST_ENTRY_REGULAR: {
+      const char *slash = strrchr(e->path, '/');
+      size_t dirlen = slash ? (size_t)(slash - e->path) : 0;
+      if (!parent || dirlen != parent_len || memcmp(parent_path, e->path, dirlen)) {
+        dirref_put(parent);
+        parent = calloc(1, sizeof *parent);
+        if (!parent)
+          return st_error_set(err, ST_ENOMEM, "out of memory");
+        parent->refs = 1;
+        if ((rc = open_dir(u, e->path, dirlen, e->path, &parent->fd, err)) < 0) {
+          free(parent);
+          parent = NULL;
+          break;
+        }
+        parent_path = e->path;
+        parent_len = dirlen;
+      }
       struct file_job *j = malloc(sizeof *j);
-      if (!j)
-        return st_error_set(err, ST_ENOMEM, "out of memory");
-      *j = (struct file_job){u, e};
+      if (!j) {
+        rc = st_error_set(err, ST_ENOMEM, "out of memory");
+        break;
+      }
+      atomic_fetch_add(&parent->refs, 1);
+      *j = (struct file_job){u, e, parent, slash ? slash + 1 : e->path};
       st_pool_submit(pool, file_job_run, j);
       break;
     }
@@ -267,6 +322,7 @@ static int run_passes(struct unpack *u, st_pool *pool, st_unpack_stats *stats, s
     if (u->opts.progress)
       u->opts.progress(u->bytes, total, u->opts.progress_ud);
   }
+  dirref_put(parent);
   st_pool_wait(pool);
   if (rc == ST_OK)
     rc = check_failed(u, err);
@@ -303,6 +359,10 @@ int st_layer_unpack(st_store *s, const st_layer_index *idx, const char *dest,
     return st_error_set(err, ST_EEXIST, "%s exists and is not a directory", dest);
   }
   struct unpack u = {.store = s, .idx = idx, .dest = dest, .opts = *opts};
+  u.euid = geteuid();
+  u.egid = getegid();
+  u.umask = umask(022);
+  umask(u.umask);
   u.destfd = open(fresh ? tmp : dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (u.destfd < 0) {
     int e = errno;

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Installs the Debian 12 packages strata needs to build, test and benchmark.
+# Idempotent: does nothing when every package is already installed.
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  build-essential meson ninja-build pkg-config
+  # libraries (DESIGN.md: libzstd, libarchive, OpenSSL, protobuf-c, libyaml)
+  libzstd-dev libarchive-dev libssl-dev libprotobuf-c-dev protobuf-c-compiler libyaml-dev
+  # tests
+  libcmocka-dev valgrind attr zstd python3 util-linux procps
+)
+if [ "${1:-}" = "--bench" ]; then
+  PACKAGES+=(casync ostree zstd tar)
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "installing: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

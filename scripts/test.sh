@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Sets up and runs every test: installs packages, builds with warnings as
+# errors, runs the whole suite, then again under ASan+UBSan, then the unit
+# tests under valgrind. Exit status is non-zero if anything failed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./scripts/install-deps.sh
+
+section() { printf '\n==== %s ====\n' "$*"; }
+
+section "build (werror)"
+[ -f build-ci/build.ninja ] || meson setup build-ci --werror >/dev/null
+ninja -C build-ci
+
+section "tests"
+meson test -C build-ci --print-errorlogs --num-processes 2
+
+section "build (ASan+UBSan)"
+[ -f build-asan/build.ninja ] || meson setup build-asan --werror -Db_sanitize=address,undefined \
+  -Db_lundef=false >/dev/null
+ninja -C build-asan
+
+section "tests under ASan+UBSan"
+meson test -C build-asan --setup=asan --print-errorlogs --num-processes 2
+
+section "unit tests under valgrind"
+meson test -C build-ci --setup=valgrind --suite common --suite cache --suite fuzz \
+  --print-errorlogs --num-processes 2
+
+section "all tests passed"
