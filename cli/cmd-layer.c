@@ -20,7 +20,10 @@ static const char unpack_usage[] = "strata layer unpack [--store DIR] [-j N] [--
 static const char ls_usage[] = "strata layer ls [--store DIR] DIGEST";
 static const char diff_usage[] = "strata layer diff [--store DIR] DIGEST_A DIGEST_B";
 
-static void progress_cb(uint64_t done, uint64_t total, void *ud) { st_progress_update(ud, done); }
+static void progress_cb(uint64_t done, uint64_t total, void *ud) {
+  st_progress_set_total(ud, total);
+  st_progress_update(ud, done);
+}
 
 /* Parses options with extra long options handled by `extra`; positional
  * arguments are left at argv[optind..]. */
@@ -86,7 +89,6 @@ static int layer_pack(cli_ctx *ctx, int argc, char **argv) {
   po.progress_ud = prog;
   double t0 = st_now();
   rc = st_layer_pack_dir(w, dir, &po, &err);
-  /* the total is only known after the walk; the progress line shows it */
   st_digest d;
   if (rc == ST_OK)
     rc = st_layer_writer_finish(w, &d, NULL, &err);

@@ -52,6 +52,14 @@ st_progress *st_progress_new(const char *label, uint64_t total, bool enabled) {
   return p;
 }
 
+void st_progress_set_total(st_progress *p, uint64_t total) {
+  if (!p)
+    return;
+  pthread_mutex_lock(&p->lock);
+  p->total = total;
+  pthread_mutex_unlock(&p->lock);
+}
+
 void st_progress_update(st_progress *p, uint64_t done) {
   if (!p || !p->enabled)
     return;

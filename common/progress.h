@@ -11,6 +11,8 @@ typedef struct st_progress st_progress;
 /* label is copied. When enabled is false every call is a no-op. NULL on OOM
  * (callers may pass NULL to every other function). */
 st_progress *st_progress_new(const char *label, uint64_t total_bytes, bool enabled);
+/* Sets the total when it becomes known after creation. */
+void st_progress_set_total(st_progress *p, uint64_t total_bytes);
 /* done_bytes is absolute, not a delta. Thread-safe. */
 void st_progress_update(st_progress *p, uint64_t done_bytes);
 /* Clears the line and frees. NULL is a no-op. */
