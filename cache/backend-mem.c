@@ -98,7 +98,8 @@ static int mem_put(st_backend *b, st_kind k, const st_digest *d, const void *dat
         rc = st_error_set(err, ST_ENOMEM, "out of memory");
         goto out;
       }
-      memcpy(copy, data, len);
+      if (len)
+        memcpy(copy, data, len);
       free(o->data);
       *o = (struct object){*d, copy, len, false};
     }
@@ -120,7 +121,8 @@ static int mem_put(st_backend *b, st_kind k, const st_digest *d, const void *dat
     rc = st_error_set(err, ST_ENOMEM, "out of memory");
     goto out;
   }
-  memcpy(copy, data, len);
+  if (len)
+    memcpy(copy, data, len);
   mb->objs[k][mb->n_objs[k]++] = (struct object){*d, copy, len, false};
 out:
   pthread_mutex_unlock(&mb->lock);
@@ -192,7 +194,8 @@ static int mem_meta_put(st_backend *b, const char *name, const void *data, size_
   uint8_t *copy = malloc(len ? len : 1);
   if (!copy)
     return st_error_set(err, ST_ENOMEM, "out of memory");
-  memcpy(copy, data, len);
+  if (len)
+    memcpy(copy, data, len);
   pthread_mutex_lock(&mb->lock);
   for (size_t i = 0; i < mb->n_metas; i++) {
     if (strcmp(mb->metas[i].name, name) == 0) {

@@ -286,7 +286,7 @@ int st_layer_index_encode(const st_layer_index *idx, uint8_t **out, size_t *len,
 
 /* Copies bytes into a NUL-terminated string; NUL bytes inside are invalid. */
 static int bin_str(const ProtobufCBinaryData *b, char **out, const char *what, st_error *err) {
-  if (memchr(b->data, 0, b->len))
+  if (b->len && memchr(b->data, 0, b->len))
     return st_error_set(err, ST_EFORMAT, "layer index: %s contains a NUL byte", what);
   char *s = malloc(b->len + 1);
   if (!s)
