@@ -75,6 +75,82 @@ void st_layer_index_sort(st_layer_index *idx) {
   qsort(idx->entries, idx->n, sizeof *idx->entries, entry_cmp);
 }
 
+struct order {
+  const char *path;
+  size_t pos;
+};
+
+static int order_cmp(const void *a, const void *b) {
+  const struct order *x = a, *y = b;
+  int c = strcmp(x->path, y->path);
+  return c ? c : (x->pos < y->pos ? -1 : x->pos > y->pos);
+}
+
+static int add_dir(st_layer_index *idx, const char *path, size_t len, const st_entry *tmpl,
+                   st_error *err) {
+  st_entry e = {.type = ST_ENTRY_DIR, .mode = tmpl->mode & 07777, .uid = tmpl->uid,
+                .gid = tmpl->gid, .mtime = tmpl->mtime};
+  e.path = strndup(path, len);
+  if (!e.path)
+    return st_error_set(err, ST_ENOMEM, "layer index: out of memory");
+  return st_layer_index_add(idx, &e, err);
+}
+
+int st_layer_index_normalize(st_layer_index *idx, const st_entry *tmpl, st_error *err) {
+  /* 1. stable sort: by path, then insertion order; keep the last of each path */
+  struct order *ord = malloc((idx->n ? idx->n : 1) * sizeof *ord);
+  st_entry *sorted = malloc((idx->n ? idx->n : 1) * sizeof *sorted);
+  if (!ord || !sorted) {
+    free(ord);
+    free(sorted);
+    return st_error_set(err, ST_ENOMEM, "layer index: out of memory");
+  }
+  for (size_t i = 0; i < idx->n; i++)
+    ord[i] = (struct order){idx->entries[i].path, i};
+  qsort(ord, idx->n, sizeof *ord, order_cmp);
+  size_t m = 0;
+  for (size_t i = 0; i < idx->n; i++) {
+    st_entry *e = &idx->entries[ord[i].pos];
+    if (i + 1 < idx->n && strcmp(ord[i].path, ord[i + 1].path) == 0)
+      st_entry_clear(e); /* overridden by a later entry of the same path */
+    else
+      sorted[m++] = *e;
+  }
+  free(ord);
+  free(idx->entries);
+  idx->entries = sorted;
+  idx->n = m;
+  idx->cap = m ? m : 1;
+  /* 2. missing parents (and the root) become directories */
+  size_t n = idx->n;
+  int rc = ST_OK;
+  if (n == 0 || idx->entries[0].path[0] != '\0')
+    rc = add_dir(idx, "", 0, tmpl, err);
+  for (size_t i = 0; i < n && rc == ST_OK; i++) {
+    const char *p = idx->entries[i].path;
+    for (const char *s = strchr(p, '/'); s && rc == ST_OK; s = strchr(s + 1, '/')) {
+      char parent[ST_PATH_MAX + 1];
+      size_t len = (size_t)(s - p);
+      if (len > ST_PATH_MAX)
+        break;
+      memcpy(parent, p, len);
+      parent[len] = '\0';
+      /* entries [0, n) are sorted; added ones are checked linearly (few) */
+      st_entry key = {.path = parent};
+      if (bsearch(&key, idx->entries, n, sizeof *idx->entries, entry_cmp))
+        continue;
+      bool added = false;
+      for (size_t j = n; j < idx->n && !added; j++)
+        added = strcmp(idx->entries[j].path, parent) == 0;
+      if (!added)
+        rc = add_dir(idx, parent, len, tmpl, err);
+    }
+  }
+  if (rc == ST_OK)
+    st_layer_index_sort(idx);
+  return rc;
+}
+
 const st_entry *st_layer_index_find(const st_layer_index *idx, const char *path) {
   st_entry key = {.path = (char *)path};
   return bsearch(&key, idx->entries, idx->n, sizeof *idx->entries, entry_cmp);

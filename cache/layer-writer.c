@@ -51,6 +51,7 @@ struct st_layer_writer {
   atomic_bool failed;
   st_error first_err;
   st_pack_stats stats;
+  st_entry dir_defaults;
 };
 
 int st_layer_writer_new(st_layer_writer **out, st_store *s, unsigned threads, st_error *err) {
@@ -59,6 +60,7 @@ int st_layer_writer_new(st_layer_writer **out, st_store *s, unsigned threads, st
     return st_error_set(err, ST_ENOMEM, "out of memory");
   const st_store_config *cfg = st_store_get_config(s);
   w->store = s;
+  w->dir_defaults = (st_entry){.type = ST_ENTRY_DIR, .mode = 0755};
   w->idx = st_layer_index_new(&cfg->chunking);
   w->buf = malloc(cfg->chunking.max);
   w->readbuf = malloc(READ_BUF);
@@ -105,6 +107,14 @@ void st_layer_writer_free(st_layer_writer *w) {
 }
 
 const st_pack_stats *st_layer_writer_stats(const st_layer_writer *w) { return &w->stats; }
+
+void st_layer_writer_set_dir_defaults(st_layer_writer *w, uint32_t mode, uint32_t uid,
+                                      uint32_t gid, int64_t mtime) {
+  w->dir_defaults.mode = mode & 07777;
+  w->dir_defaults.uid = uid;
+  w->dir_defaults.gid = gid;
+  w->dir_defaults.mtime = mtime;
+}
 void st_layer_writer_skip(st_layer_writer *w) { w->stats.skipped++; }
 
 static void fail(st_layer_writer *w, const st_error *e) {
@@ -308,7 +318,8 @@ int st_layer_writer_finish(st_layer_writer *w, st_digest *digest_out, st_layer_i
     return rc;
   if ((rc = assemble(w, err)) < 0)
     return rc;
-  st_layer_index_sort(w->idx);
+  if ((rc = st_layer_index_normalize(w->idx, &w->dir_defaults, err)) < 0)
+    return rc;
   if ((rc = st_layer_index_save(w->store, w->idx, digest_out, err)) < 0)
     return rc;
   if (index_out) {

@@ -41,8 +41,15 @@ int st_layer_writer_end_file(st_layer_writer *w, st_error *err);
 int st_layer_writer_add_fd(st_layer_writer *w, st_entry *e, int fd, uint64_t size,
                            const char *path, st_error *err);
 
+/* Metadata of directories the writer adds itself: missing parents of added
+ * entries, and the root if no source gave one. Default 0755 root:root,
+ * mtime 0. */
+void st_layer_writer_set_dir_defaults(st_layer_writer *w, uint32_t mode, uint32_t uid,
+                                      uint32_t gid, int64_t mtime);
 /* Waits for every chunk, builds, validates and stores the index, flushes the
- * store. digest_out gets the layer digest; index_out (nullable) the index
+ * store. Entries of the same path: the last added wins. Missing parent
+ * directories are added (see set_dir_defaults).
+ * digest_out gets the layer digest; index_out (nullable) the index
  * (owned by caller). After a failure nothing references the partial layer. */
 int st_layer_writer_finish(st_layer_writer *w, st_digest *digest_out, st_layer_index **index_out,
                            st_error *err);

@@ -4,6 +4,8 @@
 #include "store.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,7 @@
 
 #include "cleanup.h"
 #include "codec.h"
+#include "unpack.h"
 
 #define CONFIG_NAME "config"
 
@@ -162,8 +165,18 @@ int st_store_open_backend(st_store **out, st_backend *b, st_error *err) {
 int st_store_open(st_store **out, const char *dir, unsigned flags, st_error *err) {
   struct stat st;
   if ((flags & ST_STORE_CREATE) && stat(dir, &st) < 0 && errno == ENOENT) {
+    /* Initialise aside and rename into place, so a concurrent opener sees
+     * either no store or a complete one. */
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s.init-%ld", dir, (long)getpid()) >= (int)sizeof tmp)
+      return st_error_set(err, ST_EINVAL, "store %s: path too long", dir);
     st_store_config cfg = st_store_config_default();
-    int rc = st_store_init(dir, &cfg, err);
+    int rc = st_store_init(tmp, &cfg, err);
+    if (rc == ST_OK && rename(tmp, dir) < 0) {
+      if (errno != EEXIST && errno != ENOTEMPTY)
+        rc = st_error_errno(err, errno, "store %s", dir);
+      st_remove_tree(AT_FDCWD, tmp, NULL); /* lost the race: use theirs */
+    }
     if (rc < 0)
       return rc;
   }

@@ -95,6 +95,8 @@ static int store_fsck(cli_ctx *ctx, int argc, char **argv) {
   rc = st_store_fsck(s, cli_threads(ctx), print_problem, NULL, &res, &err);
   if (rc < 0 && rc != ST_ECORRUPT)
     return cli_fail(&err);
+  if (rc == ST_ECORRUPT)
+    fprintf(stderr, "strata: error: store %s: %s\n", cli_store_path(ctx), err.msg);
   printf("checked %llu chunks, %llu indexes, %llu manifests: %s\n",
          (unsigned long long)res.objects[ST_KIND_CHUNK],
          (unsigned long long)res.objects[ST_KIND_INDEX],

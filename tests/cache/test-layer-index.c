@@ -244,6 +244,29 @@ static void test_damaged_bytes(void **state) {
   st_layer_index_free(a);
 }
 
+static void test_normalize_overrides_and_parents(void **state) {
+  st_chunk_params p = params();
+  st_layer_index *idx = st_layer_index_new(&p);
+  add(idx, "opt/extra/lib/a.so", ST_ENTRY_REGULAR, NULL, 10);
+  add(idx, "etc/motd", ST_ENTRY_REGULAR, NULL, 5);
+  add(idx, "opt/extra/lib/a.so", ST_ENTRY_SYMLINK, "b.so", 0); /* a later source wins */
+  st_entry tmpl = {.mode = 0711, .uid = 7, .gid = 8, .mtime = 99};
+  assert_int_equal(st_layer_index_normalize(idx, &tmpl, NULL), 0);
+  const char *want[] = {"", "etc", "etc/motd", "opt", "opt/extra", "opt/extra/lib",
+                        "opt/extra/lib/a.so"};
+  assert_int_equal(st_layer_index_count(idx), 7);
+  for (size_t i = 0; i < 7; i++)
+    assert_string_equal(st_layer_index_entry(idx, i)->path, want[i]);
+  const st_entry *opt = st_layer_index_find(idx, "opt/extra");
+  assert_int_equal(opt->type, ST_ENTRY_DIR);
+  assert_int_equal(opt->mode, 0711);
+  assert_int_equal(opt->uid, 7);
+  assert_int_equal(opt->mtime, 99);
+  assert_int_equal(st_layer_index_find(idx, "opt/extra/lib/a.so")->type, ST_ENTRY_SYMLINK);
+  assert_int_equal(st_layer_index_validate(idx, NULL), 0);
+  st_layer_index_free(idx);
+}
+
 static void test_path_check(void **state) {
   assert_int_equal(st_path_check("", NULL), 0);
   assert_int_equal(st_path_check("a/b.c/..d/...", NULL), 0);
@@ -259,6 +282,7 @@ int main(void) {
       cmocka_unit_test(test_deterministic_roundtrip),
       cmocka_unit_test(test_rejects_crafted),
       cmocka_unit_test(test_damaged_bytes),
+      cmocka_unit_test(test_normalize_overrides_and_parents),
       cmocka_unit_test(test_path_check),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
