@@ -7,6 +7,8 @@
 need_root
 
 command -v valgrind >/dev/null || skip "valgrind is not installed"
+# An ASan build cannot run under valgrind; the plain build covers this test.
+[ -z "${STRATA_SANITIZED:-}" ] || skip "sanitizer build"
 
 vg() { # EXPECTED-EXIT ARGS...
   local want=$1
