@@ -2,6 +2,7 @@
 /* Layer index: in-memory entries, validation, and the protobuf-c codec. */
 #include "layer-index.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,6 +97,86 @@ static int add_dir(st_layer_index *idx, const char *path, size_t len, const st_e
   return st_layer_index_add(idx, &e, err);
 }
 
+/* Resolves a hardlink chain to the regular file holding the content, or
+ * SIZE_MAX. Entries must be sorted. */
+static size_t hardlink_root(const st_layer_index *idx, size_t i) {
+  for (int hops = 0; hops < 8; hops++) {
+    const st_entry *e = &idx->entries[i];
+    if (e->type == ST_ENTRY_REGULAR)
+      return i;
+    if (e->type != ST_ENTRY_HARDLINK || !e->target)
+      return SIZE_MAX;
+    const st_entry *t = st_layer_index_find(idx, e->target);
+    if (!t)
+      return SIZE_MAX;
+    i = (size_t)(t - idx->entries);
+  }
+  return SIZE_MAX;
+}
+
+/* Within each group of hardlinked paths the first path in sorted order holds
+ * the content and the others link to it, whatever order a source (an
+ * archive) named them in. */
+static int canonicalise_hardlinks(st_layer_index *idx, st_error *err) {
+  size_t n = idx->n;
+  size_t *root = malloc((n ? n : 1) * sizeof *root);   /* hardlink -> content holder */
+  size_t *holder = malloc((n ? n : 1) * sizeof *holder); /* content holder -> first path */
+  if (!root || !holder) {
+    free(root);
+    free(holder);
+    return st_error_set(err, ST_ENOMEM, "layer index: out of memory");
+  }
+  for (size_t i = 0; i < n; i++) {
+    holder[i] = i;
+    root[i] = SIZE_MAX;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (idx->entries[i].type != ST_ENTRY_HARDLINK)
+      continue;
+    root[i] = hardlink_root(idx, i);
+    if (root[i] != SIZE_MAX && i < holder[root[i]])
+      holder[root[i]] = i;
+  }
+  for (size_t r = 0; r < n; r++) {
+    size_t h = holder[r];
+    if (h == r)
+      continue;
+    st_entry *re = &idx->entries[r], *he = &idx->entries[h];
+    char *hpath = he->path, *rpath = re->path;
+    free(he->target);
+    he->target = NULL;
+    st_entry moved = *re; /* the content and inode metadata move to h */
+    moved.path = hpath;
+    *re = (st_entry){.path = rpath, .type = ST_ENTRY_HARDLINK, .mode = moved.mode,
+                     .uid = moved.uid, .gid = moved.gid, .mtime = moved.mtime};
+    re->target = strdup(hpath);
+    *he = moved;
+    if (!re->target) {
+      free(root);
+      free(holder);
+      return st_error_set(err, ST_ENOMEM, "layer index: out of memory");
+    }
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (root[i] == SIZE_MAX || holder[root[i]] == i)
+      continue;
+    const char *want = idx->entries[holder[root[i]]].path;
+    if (strcmp(idx->entries[i].target, want) != 0) {
+      char *t = strdup(want);
+      if (!t) {
+        free(root);
+        free(holder);
+        return st_error_set(err, ST_ENOMEM, "layer index: out of memory");
+      }
+      free(idx->entries[i].target);
+      idx->entries[i].target = t;
+    }
+  }
+  free(root);
+  free(holder);
+  return ST_OK;
+}
+
 int st_layer_index_normalize(st_layer_index *idx, const st_entry *tmpl, st_error *err) {
   /* 1. stable sort: by path, then insertion order; keep the last of each path */
   struct order *ord = malloc((idx->n ? idx->n : 1) * sizeof *ord);
@@ -148,6 +229,8 @@ int st_layer_index_normalize(st_layer_index *idx, const st_entry *tmpl, st_error
   }
   if (rc == ST_OK)
     st_layer_index_sort(idx);
+  if (rc == ST_OK)
+    rc = canonicalise_hardlinks(idx, err);
   return rc;
 }
 

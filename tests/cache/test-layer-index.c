@@ -267,6 +267,34 @@ static void test_normalize_overrides_and_parents(void **state) {
   st_layer_index_free(idx);
 }
 
+static void test_normalize_hardlink_groups(void **state) {
+  /* an archive named z/file first and linked a/link and m/link to it */
+  st_chunk_params p = params();
+  st_layer_index *idx = st_layer_index_new(&p);
+  add(idx, "z", ST_ENTRY_DIR, NULL, 0);
+  add(idx, "z/file", ST_ENTRY_REGULAR, NULL, 42);
+  add(idx, "m", ST_ENTRY_DIR, NULL, 0);
+  add(idx, "m/link", ST_ENTRY_HARDLINK, "z/file", 0);
+  add(idx, "a", ST_ENTRY_DIR, NULL, 0);
+  add(idx, "a/link", ST_ENTRY_HARDLINK, "m/link", 0); /* a chain, too */
+  st_entry tmpl = {.mode = 0755};
+  assert_int_equal(st_layer_index_normalize(idx, &tmpl, NULL), 0);
+  const st_entry *first = st_layer_index_find(idx, "a/link");
+  assert_int_equal(first->type, ST_ENTRY_REGULAR);
+  assert_int_equal(first->size, 42);
+  assert_int_equal(first->n_chunks, 1);
+  assert_null(first->target);
+  const st_entry *m = st_layer_index_find(idx, "m/link");
+  const st_entry *z = st_layer_index_find(idx, "z/file");
+  assert_int_equal(m->type, ST_ENTRY_HARDLINK);
+  assert_string_equal(m->target, "a/link");
+  assert_int_equal(z->type, ST_ENTRY_HARDLINK);
+  assert_string_equal(z->target, "a/link");
+  assert_int_equal(z->n_chunks, 0);
+  assert_int_equal(st_layer_index_validate(idx, NULL), 0);
+  st_layer_index_free(idx);
+}
+
 static void test_path_check(void **state) {
   assert_int_equal(st_path_check("", NULL), 0);
   assert_int_equal(st_path_check("a/b.c/..d/...", NULL), 0);
@@ -283,6 +311,7 @@ int main(void) {
       cmocka_unit_test(test_rejects_crafted),
       cmocka_unit_test(test_damaged_bytes),
       cmocka_unit_test(test_normalize_overrides_and_parents),
+      cmocka_unit_test(test_normalize_hardlink_groups),
       cmocka_unit_test(test_path_check),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
