@@ -374,6 +374,59 @@ static int dir_meta_put(st_backend *b, const char *name, const void *data, size_
   return rc < 0 ? st_error_prefix(err, "store %s", db->path) : ST_OK;
 }
 
+static int dir_meta_del(st_backend *b, const char *name, st_error *err) {
+  dir_backend *db = (dir_backend *)b;
+  if (!meta_name_ok(name))
+    return st_error_set(err, ST_EINVAL, "invalid metadata name '%s'", name);
+  if (unlinkat(db->rootfd, name, 0) < 0)
+    return errno == ENOENT ? st_error_set(err, ST_ENOENT, "%s not found", name)
+                           : st_error_errno(err, errno, "store %s: delete %s", db->path, name);
+  return ST_OK;
+}
+
+static int list_meta_dir(dir_backend *db, char *path, size_t len, size_t cap,
+                         int (*cb)(const char *, void *), void *ud, st_error *err) {
+  int fd = openat(db->rootfd, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ENOENT ? ST_OK : st_error_errno(err, errno, "store %s: %s", db->path, path);
+  DIR *d = fdopendir(fd);
+  if (!d) {
+    close(fd);
+    return st_error_errno(err, errno, "store %s: %s", db->path, path);
+  }
+  struct dirent *de;
+  int rc = ST_OK;
+  while (rc == ST_OK && (de = readdir(d))) {
+    if (de->d_name[0] == '.' || strstr(de->d_name, ".tmp."))
+      continue;
+    size_t nl = strlen(de->d_name);
+    if (len + 1 + nl + 1 > cap)
+      continue;
+    path[len] = '/';
+    memcpy(path + len + 1, de->d_name, nl + 1);
+    struct stat st;
+    if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      if (S_ISDIR(st.st_mode))
+        rc = list_meta_dir(db, path, len + 1 + nl, cap, cb, ud, err);
+      else if (S_ISREG(st.st_mode))
+        rc = cb(path, ud);
+    }
+    path[len] = '\0';
+  }
+  closedir(d);
+  return rc;
+}
+
+static int dir_meta_list(st_backend *b, const char *prefix, int (*cb)(const char *, void *),
+                         void *ud, st_error *err) {
+  dir_backend *db = (dir_backend *)b;
+  if (!meta_name_ok(prefix))
+    return st_error_set(err, ST_EINVAL, "invalid metadata name '%s'", prefix);
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s", prefix);
+  return list_meta_dir(db, path, strlen(path), sizeof path, cb, ud, err);
+}
+
 static void dir_free(st_backend *b) {
   dir_backend *db = (dir_backend *)b;
   /* Unflushed puts are dropped: their temp files are removed. */
@@ -406,6 +459,8 @@ static const st_backend_ops dir_ops = {
     .flush = dir_flush,
     .meta_get = dir_meta_get,
     .meta_put = dir_meta_put,
+    .meta_del = dir_meta_del,
+    .meta_list = dir_meta_list,
     .free = dir_free,
 };
 

@@ -222,6 +222,44 @@ static int mem_meta_put(st_backend *b, const char *name, const void *data, size_
   return ST_OK;
 }
 
+static int mem_meta_del(st_backend *b, const char *name, st_error *err) {
+  mem_backend *mb = (mem_backend *)b;
+  pthread_mutex_lock(&mb->lock);
+  for (size_t i = 0; i < mb->n_metas; i++) {
+    if (strcmp(mb->metas[i].name, name) == 0) {
+      free(mb->metas[i].name);
+      free(mb->metas[i].data);
+      mb->metas[i] = mb->metas[--mb->n_metas];
+      pthread_mutex_unlock(&mb->lock);
+      return ST_OK;
+    }
+  }
+  pthread_mutex_unlock(&mb->lock);
+  return st_error_set(err, ST_ENOENT, "%s not found", name);
+}
+
+static int mem_meta_list(st_backend *b, const char *prefix, int (*cb)(const char *, void *),
+                         void *ud, st_error *err) {
+  mem_backend *mb = (mem_backend *)b;
+  size_t plen = strlen(prefix);
+  for (size_t i = 0;; i++) {
+    pthread_mutex_lock(&mb->lock);
+    char *name = i < mb->n_metas ? strdup(mb->metas[i].name) : NULL;
+    bool more = i < mb->n_metas;
+    pthread_mutex_unlock(&mb->lock);
+    if (!more)
+      return ST_OK;
+    if (!name)
+      return st_error_set(err, ST_ENOMEM, "out of memory");
+    int rc = 0;
+    if (strncmp(name, prefix, plen) == 0 && name[plen] == '/')
+      rc = cb(name, ud);
+    free(name);
+    if (rc)
+      return rc;
+  }
+}
+
 static void mem_free(st_backend *b) {
   mem_backend *mb = (mem_backend *)b;
   for (int k = 0; k < ST_KIND_COUNT; k++) {
@@ -249,6 +287,8 @@ static const st_backend_ops mem_ops = {
     .flush = mem_flush,
     .meta_get = mem_meta_get,
     .meta_put = mem_meta_put,
+    .meta_del = mem_meta_del,
+    .meta_list = mem_meta_list,
     .free = mem_free,
 };
 

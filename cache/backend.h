@@ -50,6 +50,12 @@ typedef struct {
   int (*meta_get)(st_backend *b, const char *name, size_t max, uint8_t **data, size_t *len,
                   st_error *err);
   int (*meta_put)(st_backend *b, const char *name, const void *data, size_t len, st_error *err);
+  /* ST_ENOENT if absent. */
+  int (*meta_del)(st_backend *b, const char *name, st_error *err);
+  /* Every metadata name below the folder prefix (e.g. "tags"), in no
+   * particular order; cb's non-zero return stops and is returned. */
+  int (*meta_list)(st_backend *b, const char *prefix, int (*cb)(const char *name, void *ud),
+                   void *ud, st_error *err);
   void (*free)(st_backend *b);
 } st_backend_ops;
 

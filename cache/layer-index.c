@@ -34,6 +34,41 @@ void st_entry_clear(st_entry *e) {
   memset(e, 0, sizeof *e);
 }
 
+int st_entry_copy(st_entry *dst, const st_entry *src, st_error *err) {
+  *dst = *src;
+  dst->path = strdup(src->path);
+  dst->target = src->target ? strdup(src->target) : NULL;
+  dst->chunks = NULL;
+  dst->xattrs = NULL;
+  dst->n_xattrs = 0;
+  bool ok = dst->path && (!src->target || dst->target);
+  if (ok && src->n_chunks) {
+    dst->chunks = malloc(src->n_chunks * sizeof *dst->chunks);
+    ok = dst->chunks != NULL;
+    if (ok)
+      memcpy(dst->chunks, src->chunks, src->n_chunks * sizeof *dst->chunks);
+  }
+  if (ok && src->n_xattrs) {
+    dst->xattrs = calloc(src->n_xattrs, sizeof *dst->xattrs);
+    ok = dst->xattrs != NULL;
+    for (size_t i = 0; ok && i < src->n_xattrs; i++) {
+      st_xattr *x = &dst->xattrs[i];
+      x->name = strdup(src->xattrs[i].name);
+      x->value = malloc(src->xattrs[i].len ? src->xattrs[i].len : 1);
+      x->len = src->xattrs[i].len;
+      dst->n_xattrs++;
+      ok = x->name && x->value;
+      if (ok && x->len)
+        memcpy(x->value, src->xattrs[i].value, x->len);
+    }
+  }
+  if (!ok) {
+    st_entry_clear(dst);
+    return st_error_set(err, ST_ENOMEM, "layer index: out of memory");
+  }
+  return ST_OK;
+}
+
 void st_layer_index_free(st_layer_index *idx) {
   if (!idx)
     return;

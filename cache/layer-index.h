@@ -63,6 +63,8 @@ void st_layer_index_free(st_layer_index *idx);
 ST_DEFINE_FREEP(st_layer_index, st_layer_index_free)
 /* Frees the heap fields of an entry (not the entry itself). */
 void st_entry_clear(st_entry *e);
+/* Deep copy of src into *dst; ST_ENOMEM leaves *dst cleared. */
+int st_entry_copy(st_entry *dst, const st_entry *src, st_error *err);
 
 /* Appends *e, taking ownership of its heap fields (*e is zeroed), also on
  * failure (they are freed). Order does not matter until sort/encode. */

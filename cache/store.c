@@ -321,6 +321,15 @@ int st_store_meta_put(st_store *s, const char *name, const void *data, size_t le
   return s->backend->ops->meta_put(s->backend, name, data, len, err);
 }
 
+int st_store_meta_del(st_store *s, const char *name, st_error *err) {
+  return s->backend->ops->meta_del(s->backend, name, err);
+}
+
+int st_store_meta_list(st_store *s, const char *prefix, int (*cb)(const char *name, void *ud),
+                       void *ud, st_error *err) {
+  return s->backend->ops->meta_list(s->backend, prefix, cb, ud, err);
+}
+
 char *st_store_default_path(void) {
   const char *env = getenv("STRATA_STORE");
   char *out = NULL;

@@ -84,6 +84,9 @@ int st_store_flush(st_store *s, st_error *err);
 int st_store_meta_get(st_store *s, const char *name, size_t max, uint8_t **data, size_t *len,
                       st_error *err);
 int st_store_meta_put(st_store *s, const char *name, const void *data, size_t len, st_error *err);
+int st_store_meta_del(st_store *s, const char *name, st_error *err);
+int st_store_meta_list(st_store *s, const char *prefix, int (*cb)(const char *name, void *ud),
+                       void *ud, st_error *err);
 
 /* The store directory: --store, else $STRATA_STORE, else $XDG_DATA_HOME or
  * ~/.local/share + /strata/store, or /var/lib/strata/store for root.
