@@ -64,12 +64,18 @@ typedef struct {
   int64_t mtime;       /* every entry gets this mtime... */
   int keep_mtime;      /* ...unless set: keep the source's (seconds) */
   int owner_root;      /* record uid/gid 0 instead of the source's */
+  int owner_fixed;     /* record uid/gid below instead (wins over owner_root) */
+  uint32_t uid, gid;
+  const char *dest;    /* nullable: relative layer path where dir itself lands
+                          (checked with st_path_check); NULL or "" = the root */
   st_progress_fn progress; /* nullable */
   void *progress_ud;
 } st_pack_opts;
 
 /* Walks dir (not following symlinks) and adds every entry to w: regular
  * files, directories, symlinks, hardlinks (by inode), xattrs. Device nodes,
- * sockets and FIFOs are skipped with a warning. */
+ * sockets and FIFOs are skipped with a warning. With opts->dest every path
+ * (and hardlink target) is laid under dest, and dir's own entry is dest.
+ * An unsafe dest is ST_EUNSAFE. */
 int st_layer_pack_dir(st_layer_writer *w, const char *dir, const st_pack_opts *opts,
                       st_error *err);

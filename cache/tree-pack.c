@@ -144,6 +144,16 @@ static int read_xattrs(st_entry *e, const char *root, const char *rel, st_error 
   return ST_OK;
 }
 
+/* The layer path of rel (relative to the packed dir): rel under opts->dest.
+ * NULL on OOM. */
+static char *layer_path(const st_pack_opts *opts, const char *rel) {
+  const char *dest = opts->dest ? opts->dest : "";
+  char *p = NULL;
+  if (!*dest || !*rel)
+    return strdup(*dest ? dest : rel);
+  return asprintf(&p, "%s/%s", dest, rel) < 0 ? NULL : p;
+}
+
 /* The (inode, device) key of a multiply-linked file. */
 static st_digest inode_key(const struct stat *st) {
   st_digest k = {{0}};
@@ -166,11 +176,11 @@ static int add_node_entry(st_layer_writer *w, int rootfd, const char *root, stru
   }
   st_entry e = {
       .mode = st->st_mode & 07777,
-      .uid = opts->owner_root ? 0 : st->st_uid,
-      .gid = opts->owner_root ? 0 : st->st_gid,
+      .uid = opts->owner_fixed ? opts->uid : opts->owner_root ? 0 : st->st_uid,
+      .gid = opts->owner_fixed ? opts->gid : opts->owner_root ? 0 : st->st_gid,
       .mtime = opts->keep_mtime ? st->st_mtim.tv_sec : opts->mtime,
   };
-  e.path = strdup(nd->path);
+  e.path = layer_path(opts, nd->path);
   if (!e.path)
     return st_error_set(err, ST_ENOMEM, "out of memory");
   int rc = read_xattrs(&e, root, nd->path, err);
@@ -199,8 +209,12 @@ static int add_node_entry(st_layer_writer *w, int rootfd, const char *root, stru
     uint64_t first;
     if (st_dset_get(inodes, &key, &first)) {
       e.type = ST_ENTRY_HARDLINK;
-      e.target = strdup(wk->nodes[first].path);
-      st_debug("%s: hardlink to %s", nd->path, e.target);
+      e.target = layer_path(opts, wk->nodes[first].path);
+      if (!e.target) {
+        st_entry_clear(&e);
+        return st_error_set(err, ST_ENOMEM, "out of memory");
+      }
+      st_debug("%s: hardlink to %s", e.path, e.target);
       return st_layer_writer_add(w, &e, err);
     }
     if (st_dset_insert(inodes, &key, i) < 0) {
@@ -221,6 +235,8 @@ static int add_node_entry(st_layer_writer *w, int rootfd, const char *root, stru
 
 int st_layer_pack_dir(st_layer_writer *w, const char *dir, const st_pack_opts *opts,
                       st_error *err) {
+  if (opts->dest && st_path_check(opts->dest, err) < 0)
+    return st_error_prefix(err, "pack %s: destination", dir);
   _cleanup_close_ int rootfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (rootfd < 0)
     return st_error_errno(err, errno, "%s", dir);
