@@ -48,3 +48,10 @@ int cli_parse_size(const char *text, uint64_t *out);
 
 int cmd_store(cli_ctx *ctx, int argc, char **argv);
 int cmd_layer(cli_ctx *ctx, int argc, char **argv);
+int cmd_build(cli_ctx *ctx, int argc, char **argv);
+int cmd_plan(cli_ctx *ctx, int argc, char **argv);
+int cmd_images(cli_ctx *ctx, int argc, char **argv);
+int cmd_inspect(cli_ctx *ctx, int argc, char **argv);
+int cmd_tag(cli_ctx *ctx, int argc, char **argv);
+int cmd_rmi(cli_ctx *ctx, int argc, char **argv);
+int cmd_export(cli_ctx *ctx, int argc, char **argv);

@@ -14,6 +14,13 @@ static const char usage[] =
     "commands:\n"
     "  store init|fsck|stats        create, verify or measure a store\n"
     "  layer pack|unpack|ls|diff    turn a tree into a layer and back\n"
+    "  build RECIPE [--cell K=V]    build a recipe's images (all matrix cells)\n"
+    "  plan RECIPE                  show cells, layer keys and what is cached\n"
+    "  images                       list tagged images\n"
+    "  inspect IMAGE                layers, sizes, config and labels of an image\n"
+    "  tag IMAGE NAME:TAG           add a tag\n"
+    "  rmi NAME:TAG...              remove tags\n"
+    "  export IMAGE DIR             write the composed root file system\n"
     "  version                      print the version\n"
     "\n"
     "Every command takes --store DIR (default: $STRATA_STORE, else a per-user\n"
@@ -51,6 +58,20 @@ int main(int argc, char **argv) {
     rc = cmd_store(&ctx, argc - i, argv + i);
   else if (!strcmp(cmd, "layer"))
     rc = cmd_layer(&ctx, argc - i, argv + i);
+  else if (!strcmp(cmd, "build"))
+    rc = cmd_build(&ctx, argc - i, argv + i);
+  else if (!strcmp(cmd, "plan"))
+    rc = cmd_plan(&ctx, argc - i, argv + i);
+  else if (!strcmp(cmd, "images"))
+    rc = cmd_images(&ctx, argc - i, argv + i);
+  else if (!strcmp(cmd, "inspect"))
+    rc = cmd_inspect(&ctx, argc - i, argv + i);
+  else if (!strcmp(cmd, "tag"))
+    rc = cmd_tag(&ctx, argc - i, argv + i);
+  else if (!strcmp(cmd, "rmi"))
+    rc = cmd_rmi(&ctx, argc - i, argv + i);
+  else if (!strcmp(cmd, "export"))
+    rc = cmd_export(&ctx, argc - i, argv + i);
   else if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
     printf("strata %s\n", STRATA_VERSION);
     rc = CLI_EXIT_OK;

@@ -9,8 +9,11 @@ PACKAGES=(
   build-essential meson ninja-build pkg-config
   # libraries (DESIGN.md: libzstd, libarchive, OpenSSL, protobuf-c, libyaml)
   libzstd-dev libarchive-dev libssl-dev libprotobuf-c-dev protobuf-c-compiler libyaml-dev
-  # tests
-  libcmocka-dev valgrind attr zstd python3 util-linux procps
+  # run steps and environments are sandboxed with bubblewrap
+  bubblewrap
+  # tests: archives and Debian packages as inputs, xattrs, valgrind
+  libcmocka-dev valgrind attr zstd xz-utils bzip2 python3 util-linux procps dpkg-dev
+  coreutils findutils diffutils
 )
 if [ "${1:-}" = "--bench" ]; then
   PACKAGES+=(casync ostree zstd tar)

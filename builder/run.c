@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* bubblewrap runner: fork, exec bwrap with the command, read its merged
+ * output line by line, wait. */
+#include "run.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "log.h"
+
+#define BWRAP "bwrap"
+
+static const char *find_bwrap(void) {
+  static const char *const candidates[] = {"/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"};
+  for (size_t i = 0; i < ST_ARRAY_SIZE(candidates); i++)
+    if (access(candidates[i], X_OK) == 0)
+      return candidates[i];
+  return NULL;
+}
+
+/* argv for one command; strings point into env/cmd or static text. */
+static char **bwrap_argv(const char *bwrap, const char *root, const char *cmd, const st_kv *env,
+                         size_t n_env) {
+  size_t n = 0, cap = 32 + 4 * n_env;
+  char **argv = calloc(cap, sizeof *argv);
+  if (!argv)
+    return NULL;
+  const char *fixed[] = {bwrap,   "--bind", root,     "/",          "--proc", "/proc", "--dev",
+                         "/dev",  "--tmpfs", "/tmp",  "--unshare-all", "--die-with-parent",
+                         "--new-session", "--clearenv", "--chdir", "/"};
+  for (size_t i = 0; i < ST_ARRAY_SIZE(fixed); i++)
+    argv[n++] = (char *)fixed[i];
+  for (size_t i = 0; i < n_env; i++) {
+    argv[n++] = (char *)"--setenv";
+    argv[n++] = env[i].key;
+    argv[n++] = env[i].value;
+  }
+  argv[n++] = (char *)"/bin/sh";
+  argv[n++] = (char *)"-c";
+  argv[n++] = (char *)cmd;
+  argv[n] = NULL;
+  return argv;
+}
+
+static void emit_lines(char *buf, size_t *len, bool flush_all, st_run_log_fn log, void *ud) {
+  size_t start = 0;
+  for (size_t i = 0; i < *len; i++) {
+    if (buf[i] != '\n')
+      continue;
+    buf[i] = '\0';
+    if (log)
+      log(buf + start, ud);
+    start = i + 1;
+  }
+  if (flush_all && start < *len) {
+    buf[*len] = '\0';
+    if (log)
+      log(buf + start, ud);
+    start = *len;
+  }
+  memmove(buf, buf + start, *len - start);
+  *len -= start;
+}
+
+static int run_one(const char *bwrap, const char *root, const char *cmd, const st_kv *env,
+                   size_t n_env, st_run_log_fn log, void *ud, st_error *err) {
+  _cleanup_free_ char **argv = bwrap_argv(bwrap, root, cmd, env, n_env);
+  if (!argv)
+    return st_error_set(err, ST_ENOMEM, "out of memory");
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) < 0)
+    return st_error_errno(err, errno, "run step: pipe");
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(pipefd[0]);
+    close(pipefd[1]);
+    return st_error_errno(err, errno, "run step: fork");
+  }
+  if (pid == 0) {
+    dup2(pipefd[1], STDOUT_FILENO);
+    dup2(pipefd[1], STDERR_FILENO);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0)
+      dup2(devnull, STDIN_FILENO);
+    execv(bwrap, argv);
+    _exit(127);
+  }
+  close(pipefd[1]);
+  char buf[8193];
+  size_t len = 0;
+  for (;;) {
+    ssize_t r = read(pipefd[0], buf + len, sizeof buf - 1 - len);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      break;
+    len += (size_t)r;
+    emit_lines(buf, &len, len == sizeof buf - 1, log, ud);
+  }
+  emit_lines(buf, &len, true, log, ud);
+  close(pipefd[0]);
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR)
+      return st_error_errno(err, errno, "run step: wait");
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+    return ST_OK;
+  if (WIFSIGNALED(status))
+    return st_error_set(err, ST_EIO, "run step '%s' was killed by signal %d", cmd,
+                        WTERMSIG(status));
+  return st_error_set(err, ST_EIO, "run step '%s' exited with status %d", cmd,
+                      WEXITSTATUS(status));
+}
+
+int st_run_commands(const char *root, char *const *cmds, size_t n, const st_kv *env,
+                    size_t n_env, st_run_log_fn log, void *ud, st_error *err) {
+  const char *bwrap = find_bwrap();
+  if (!bwrap)
+    return st_error_set(err, ST_ENOENT,
+                        "run steps need bubblewrap: 'bwrap' is not installed (apt-get install "
+                        "bubblewrap)");
+  int rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (rootfd < 0)
+    return st_error_errno(err, errno, "%s", root);
+  static const char *const mounts[] = {"proc", "dev", "tmp"};
+  bool created[3] = {false, false, false};
+  for (int i = 0; i < 3; i++)
+    created[i] = mkdirat(rootfd, mounts[i], 0755) == 0;
+  int rc = ST_OK;
+  for (size_t i = 0; i < n && rc == ST_OK; i++) {
+    st_debug("run: %s", cmds[i]);
+    rc = run_one(bwrap, root, cmds[i], env, n_env, log, ud, err);
+  }
+  for (int i = 0; i < 3; i++)
+    if (created[i])
+      unlinkat(rootfd, mounts[i], AT_REMOVEDIR); /* fails, harmlessly, if not empty */
+  close(rootfd);
+  return rc;
+}
