@@ -13,7 +13,7 @@ PACKAGES=(
   bubblewrap
   # tests: archives and Debian packages as inputs, xattrs, valgrind
   libcmocka-dev valgrind attr zstd xz-utils bzip2 python3 util-linux procps dpkg-dev
-  coreutils findutils diffutils
+  coreutils findutils diffutils binutils tar gzip
 )
 if [ "${1:-}" = "--bench" ]; then
   PACKAGES+=(casync ostree zstd tar)
