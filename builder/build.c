@@ -174,17 +174,27 @@ static int compute_key(struct ctx *c, size_t li, const struct inputs *in, const 
     st_hasher_free(h);
     return st_error_set(err, ST_ENOMEM, "out of memory");
   }
-  char line[128], hex[ST_DIGEST_HEX_LEN + 1];
+  char line[192], hex[ST_DIGEST_HEX_LEN + 1];
   st_hasher_update(h, KEY_MAGIC, strlen(KEY_MAGIC));
   st_hasher_update(h, canon, strlen(canon));
   if (c->o->mtime) { /* SOURCE_DATE_EPOCH changes every entry's mtime */
     int n = snprintf(line, sizeof line, "mtime %lld\n", (long long)c->o->mtime);
     st_hasher_update(h, line, (size_t)n);
   }
-  for (size_t i = 0; i < in->n; i++) {
-    int n = snprintf(line, sizeof line, "input sha256:%s\n", st_digest_hex(&in->d[i], hex));
-    st_hasher_update(h, line, (size_t)n);
-  }
+  const st_recipe_layer *l = &c->ri->layers[li];
+  for (size_t i = 0, k = 0; i < l->n_sources; i++)
+    for (size_t p = 0; p < l->sources[i].n_paths; p++, k++) {
+      const st_recipe_source *src = &l->sources[i];
+      struct stat st;
+      int n = snprintf(line, sizeof line, "input sha256:%s", st_digest_hex(&in->d[k], hex));
+      /* a file keeps its own mode and owner unless the recipe sets them */
+      if (src->kind == ST_SOURCE_FILE && (src->mode < 0 || src->owner_source) &&
+          stat(src->paths[p], &st) == 0)
+        n += snprintf(line + n, sizeof line - (size_t)n, " mode=%04o owner=%u:%u",
+                      (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid, (unsigned)st.st_gid);
+      line[n++] = '\n';
+      st_hasher_update(h, line, (size_t)n);
+    }
   int n = below ? snprintf(line, sizeof line, "below sha256:%s\n", st_digest_hex(below, hex))
                 : snprintf(line, sizeof line, "below none\n");
   st_hasher_update(h, line, (size_t)n);
@@ -297,19 +307,13 @@ static int read_entry(st_store *s, const st_entry *e, char **out, size_t *len, s
 
 /* Appends each package's control paragraph, marked installed, to the dpkg
  * status of the layers below, and writes the result into this layer. */
-static int write_dpkg_status(struct ctx *c, st_layer_writer *w, size_t li, char **controls,
-                             size_t n, st_error *err) {
+static int write_dpkg_status(struct ctx *c, st_layer_writer *w, const st_layer_index *below,
+                             char **controls, size_t n, st_error *err) {
   _cleanup_free_ char *lower = NULL;
   size_t lower_len = 0;
-  if (li > 0) {
-    st_layer_index *below = NULL;
-    int rc = st_compose(c->s, c->layers, li, &below, err);
-    if (rc < 0)
-      return rc;
-    const st_entry *e = st_layer_index_find(below, DPKG_STATUS);
-    if (e && e->type == ST_ENTRY_REGULAR)
-      rc = read_entry(c->s, e, &lower, &lower_len, err);
-    st_layer_index_free(below);
+  const st_entry *old = below ? st_layer_index_find(below, DPKG_STATUS) : NULL;
+  if (old && old->type == ST_ENTRY_REGULAR) {
+    int rc = read_entry(c->s, old, &lower, &lower_len, err);
     if (rc < 0)
       return rc;
   }
@@ -405,8 +409,10 @@ static int delta(const st_layer_index *lower, const st_layer_index *after, int64
     const char *sl = strrchr(e->path, '/');
     char parent[ST_PATH_MAX + 1];
     snprintf(parent, sizeof parent, "%.*s", sl ? (int)(sl - e->path) : 0, e->path);
-    if (parent[0] && !st_layer_index_find(after, parent))
-      continue; /* its parent is gone too: one whiteout covers both */
+    const st_entry *pe = parent[0] ? st_layer_index_find(after, parent) : NULL;
+    if (parent[0] && (!pe || pe->type != ST_ENTRY_DIR))
+      continue; /* its parent is gone too, or is no longer a directory (and
+                   hides what was below it): one entry covers both */
     st_entry w = {.type = ST_ENTRY_WHITEOUT, .mtime = mtime};
     if (!(w.path = strdup(e->path)))
       rc = st_error_set(err, ST_ENOMEM, "out of memory");
@@ -416,7 +422,7 @@ static int delta(const st_layer_index *lower, const st_layer_index *after, int64
   st_entry root = {.type = ST_ENTRY_DIR, .mode = 0755, .mtime = mtime};
   const st_entry *ar = st_layer_index_find(after, "");
   if (rc == ST_OK)
-    rc = st_layer_index_normalize(d, ar ? ar : &root, err);
+    rc = st_layer_index_normalize(d, ar ? ar : &root, NULL, err);
   if (rc < 0) {
     st_layer_index_free(d);
     return rc;
@@ -496,13 +502,20 @@ static int build_layer(struct ctx *c, size_t li, struct inputs *in, st_digest *o
   if (rc < 0)
     return rc;
   st_layer_writer_set_dir_defaults(w, 0755, 0, 0, c->o->mtime);
+  /* The layers below: parents this layer only implies keep their metadata
+   * from there, and the dpkg status grows from theirs. */
+  st_layer_index *below = NULL;
+  if (li > 0)
+    rc = st_compose(c->s, c->layers, li, &below, err);
+  st_layer_writer_set_lower(w, below);
   char **controls = NULL;
   size_t n_controls = 0;
-  rc = add_sources(c, w, l, in, &controls, &n_controls, err);
+  if (rc == ST_OK)
+    rc = add_sources(c, w, l, in, &controls, &n_controls, err);
   if (rc == ST_OK)
     rc = add_deletes(c, w, l, err);
   if (rc == ST_OK && n_controls)
-    rc = write_dpkg_status(c, w, li, controls, n_controls, err);
+    rc = write_dpkg_status(c, w, below, controls, n_controls, err);
   for (size_t i = 0; i < n_controls; i++)
     free(controls[i]);
   free(controls);
@@ -512,6 +525,7 @@ static int build_layer(struct ctx *c, size_t li, struct inputs *in, st_digest *o
   if (rc == ST_OK)
     *bytes_new = st_layer_writer_stats(w)->bytes_new_stored;
   st_layer_writer_free(w);
+  st_layer_index_free(below);
   if (rc == ST_OK && l->n_runs)
     return run_steps(c, li, &sources_layer, out, err);
   if (rc == ST_OK)

@@ -100,7 +100,8 @@ static int fold(struct result *r, const st_layer_index *L, size_t li, st_error *
       rc = push(r, e, li, err);
   }
   if (rc == ST_OK) {
-    qsort(r->v, r->n, sizeof *r->v, item_cmp);
+    if (r->n > 1)
+      qsort(r->v, r->n, sizeof *r->v, item_cmp);
     for (size_t i = 0; i < r->n; i++)
       r->v[i].e.opaque = false; /* opacity only speaks about lower layers */
   }
@@ -155,7 +156,7 @@ int st_compose_indexes(st_layer_index *const *idxs, size_t n, st_layer_index **o
   free(r.v);
   st_entry root = {.type = ST_ENTRY_DIR, .mode = 0755};
   if (rc == ST_OK)
-    rc = st_layer_index_normalize(res, &root, err);
+    rc = st_layer_index_normalize(res, &root, NULL, err);
   if (rc == ST_OK)
     rc = st_layer_index_validate(res, err);
   if (rc < 0) {

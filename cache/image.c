@@ -39,7 +39,8 @@ static int kv_cmp(const void *a, const void *b) {
 }
 
 static int kv_sort(st_kv *kv, size_t n, const char *what, st_error *err) {
-  qsort(kv, n, sizeof *kv, kv_cmp);
+  if (n > 1)
+    qsort(kv, n, sizeof *kv, kv_cmp);
   for (size_t i = 1; i < n; i++)
     if (strcmp(kv[i - 1].key, kv[i].key) == 0)
       return st_error_set(err, ST_EINVAL, "image %s: key '%s' given twice", what, kv[i].key);
@@ -353,7 +354,7 @@ int st_tag_list(st_store *s, st_tag_cb cb, void *ud, st_error *err) {
   int rc = st_store_meta_list(s, "tags", collect_name, &ns, err);
   if (rc == ST_ENOMEM)
     rc = st_error_set(err, ST_ENOMEM, "out of memory");
-  if (rc == ST_OK)
+  if (rc == ST_OK && ns.n > 1)
     qsort(ns.v, ns.n, sizeof *ns.v, str_cmp);
   for (size_t i = 0; i < ns.n && rc == ST_OK; i++) {
     char *p = ns.v[i] + strlen("tags/");

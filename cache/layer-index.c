@@ -108,7 +108,8 @@ static int entry_cmp(const void *a, const void *b) {
 }
 
 void st_layer_index_sort(st_layer_index *idx) {
-  qsort(idx->entries, idx->n, sizeof *idx->entries, entry_cmp);
+  if (idx->n > 1)
+    qsort(idx->entries, idx->n, sizeof *idx->entries, entry_cmp);
 }
 
 struct order {
@@ -123,12 +124,24 @@ static int order_cmp(const void *a, const void *b) {
 }
 
 static int add_dir(st_layer_index *idx, const char *path, size_t len, const st_entry *tmpl,
-                   st_error *err) {
+                   const st_layer_index *lower, st_error *err) {
   st_entry e = {.type = ST_ENTRY_DIR, .mode = tmpl->mode & 07777, .uid = tmpl->uid,
                 .gid = tmpl->gid, .mtime = tmpl->mtime};
   e.path = strndup(path, len);
   if (!e.path)
     return st_error_set(err, ST_ENOMEM, "layer index: out of memory");
+  const st_entry *old = lower ? st_layer_index_find(lower, e.path) : NULL;
+  if (old && old->type == ST_ENTRY_DIR) {
+    st_entry copy;
+    int rc = st_entry_copy(&copy, old, err);
+    if (rc < 0) {
+      free(e.path);
+      return rc;
+    }
+    copy.opaque = false;
+    free(e.path);
+    e = copy;
+  }
   return st_layer_index_add(idx, &e, err);
 }
 
@@ -212,7 +225,8 @@ static int canonicalise_hardlinks(st_layer_index *idx, st_error *err) {
   return ST_OK;
 }
 
-int st_layer_index_normalize(st_layer_index *idx, const st_entry *tmpl, st_error *err) {
+int st_layer_index_normalize(st_layer_index *idx, const st_entry *tmpl,
+                             const st_layer_index *lower, st_error *err) {
   /* 1. stable sort: by path, then insertion order; keep the last of each path */
   struct order *ord = malloc((idx->n ? idx->n : 1) * sizeof *ord);
   st_entry *sorted = malloc((idx->n ? idx->n : 1) * sizeof *sorted);
@@ -241,7 +255,7 @@ int st_layer_index_normalize(st_layer_index *idx, const st_entry *tmpl, st_error
   size_t n = idx->n;
   int rc = ST_OK;
   if (n == 0 || idx->entries[0].path[0] != '\0')
-    rc = add_dir(idx, "", 0, tmpl, err);
+    rc = add_dir(idx, "", 0, tmpl, lower, err);
   for (size_t i = 0; i < n && rc == ST_OK; i++) {
     const char *p = idx->entries[i].path;
     for (const char *s = strchr(p, '/'); s && rc == ST_OK; s = strchr(s + 1, '/')) {
@@ -259,7 +273,7 @@ int st_layer_index_normalize(st_layer_index *idx, const st_entry *tmpl, st_error
       for (size_t j = n; j < idx->n && !added; j++)
         added = strcmp(idx->entries[j].path, parent) == 0;
       if (!added)
-        rc = add_dir(idx, parent, len, tmpl, err);
+        rc = add_dir(idx, parent, len, tmpl, lower, err);
     }
   }
   if (rc == ST_OK)

@@ -77,9 +77,12 @@ const st_chunk_params *st_layer_index_chunking(const st_layer_index *idx);
 void st_layer_index_sort(st_layer_index *idx);
 /* Sorts, keeps only the last-added entry of each path (a later source
  * overrides an earlier one), and adds every missing parent directory
- * (including the root) as a copy of *dir_template (path and type ignored).
- * Validation is left to encode. */
-int st_layer_index_normalize(st_layer_index *idx, const st_entry *dir_template, st_error *err);
+ * (including the root): a copy of that directory in `lower` (nullable: the
+ * composed layers below, so that an upper layer does not change a lower
+ * directory's owner or mode just by putting a file in it), else of
+ * *dir_template (path and type ignored). Validation is left to encode. */
+int st_layer_index_normalize(st_layer_index *idx, const st_entry *dir_template,
+                             const st_layer_index *lower, st_error *err);
 /* Binary search on a sorted index; NULL if absent. */
 const st_entry *st_layer_index_find(const st_layer_index *idx, const char *path);
 /* Sum of regular file sizes. */

@@ -52,6 +52,7 @@ struct st_layer_writer {
   st_error first_err;
   st_pack_stats stats;
   st_entry dir_defaults;
+  const st_layer_index *lower;
 };
 
 int st_layer_writer_new(st_layer_writer **out, st_store *s, unsigned threads, st_error *err) {
@@ -107,6 +108,10 @@ void st_layer_writer_free(st_layer_writer *w) {
 }
 
 const st_pack_stats *st_layer_writer_stats(const st_layer_writer *w) { return &w->stats; }
+
+void st_layer_writer_set_lower(st_layer_writer *w, const st_layer_index *lower) {
+  w->lower = lower;
+}
 
 void st_layer_writer_set_dir_defaults(st_layer_writer *w, uint32_t mode, uint32_t uid,
                                       uint32_t gid, int64_t mtime) {
@@ -318,7 +323,7 @@ int st_layer_writer_finish(st_layer_writer *w, st_digest *digest_out, st_layer_i
     return rc;
   if ((rc = assemble(w, err)) < 0)
     return rc;
-  if ((rc = st_layer_index_normalize(w->idx, &w->dir_defaults, err)) < 0)
+  if ((rc = st_layer_index_normalize(w->idx, &w->dir_defaults, w->lower, err)) < 0)
     return rc;
   if ((rc = st_layer_index_save(w->store, w->idx, digest_out, err)) < 0)
     return rc;

@@ -46,6 +46,9 @@ int st_layer_writer_add_fd(st_layer_writer *w, st_entry *e, int fd, uint64_t siz
  * mtime 0. */
 void st_layer_writer_set_dir_defaults(st_layer_writer *w, uint32_t mode, uint32_t uid,
                                       uint32_t gid, int64_t mtime);
+/* The composed layers below (borrowed until finish; nullable): a missing
+ * parent directory that exists there is copied from there instead. */
+void st_layer_writer_set_lower(st_layer_writer *w, const st_layer_index *lower);
 /* Waits for every chunk, builds, validates and stores the index, flushes the
  * store. Entries of the same path: the last added wins. Missing parent
  * directories are added (see set_dir_defaults).

@@ -156,7 +156,7 @@ static st_layer_index *layer(void) {
 
 static void finish(st_layer_index *idx) {
   st_entry root = {.type = ST_ENTRY_DIR, .mode = 0755};
-  assert_int_equal(st_layer_index_normalize(idx, &root, NULL), 0);
+  assert_int_equal(st_layer_index_normalize(idx, &root, NULL, NULL), 0);
   assert_int_equal(st_layer_index_validate(idx, NULL), 0);
 }
 

@@ -251,7 +251,7 @@ static void test_normalize_overrides_and_parents(void **state) {
   add(idx, "etc/motd", ST_ENTRY_REGULAR, NULL, 5);
   add(idx, "opt/extra/lib/a.so", ST_ENTRY_SYMLINK, "b.so", 0); /* a later source wins */
   st_entry tmpl = {.mode = 0711, .uid = 7, .gid = 8, .mtime = 99};
-  assert_int_equal(st_layer_index_normalize(idx, &tmpl, NULL), 0);
+  assert_int_equal(st_layer_index_normalize(idx, &tmpl, NULL, NULL), 0);
   const char *want[] = {"", "etc", "etc/motd", "opt", "opt/extra", "opt/extra/lib",
                         "opt/extra/lib/a.so"};
   assert_int_equal(st_layer_index_count(idx), 7);
@@ -267,6 +267,25 @@ static void test_normalize_overrides_and_parents(void **state) {
   st_layer_index_free(idx);
 }
 
+static void test_normalize_copies_lower_parents(void **state) {
+  st_chunk_params p = params();
+  st_layer_index *lower = st_layer_index_new(&p), *idx = st_layer_index_new(&p);
+  add(lower, "", ST_ENTRY_DIR, NULL, 0);
+  add(lower, "root", ST_ENTRY_DIR, NULL, 0);
+  st_layer_index_entry_mut(lower, 1)->mode = 0700;
+  st_layer_index_sort(lower);
+  add(idx, "root/.bashrc", ST_ENTRY_REGULAR, NULL, 3);
+  add(idx, "srv/x", ST_ENTRY_REGULAR, NULL, 3);
+  st_entry tmpl = {.mode = 0755};
+  assert_int_equal(st_layer_index_normalize(idx, &tmpl, lower, NULL), 0);
+  assert_int_equal(st_layer_index_find(idx, "root")->mode, 0700); /* kept from below */
+  assert_int_equal(st_layer_index_find(idx, "root")->uid, 1);
+  assert_int_equal(st_layer_index_find(idx, "srv")->mode, 0755);  /* new: the template */
+  assert_int_equal(st_layer_index_find(idx, "srv")->uid, 0);
+  st_layer_index_free(idx);
+  st_layer_index_free(lower);
+}
+
 static void test_normalize_hardlink_groups(void **state) {
   /* an archive named z/file first and linked a/link and m/link to it */
   st_chunk_params p = params();
@@ -278,7 +297,7 @@ static void test_normalize_hardlink_groups(void **state) {
   add(idx, "a", ST_ENTRY_DIR, NULL, 0);
   add(idx, "a/link", ST_ENTRY_HARDLINK, "m/link", 0); /* a chain, too */
   st_entry tmpl = {.mode = 0755};
-  assert_int_equal(st_layer_index_normalize(idx, &tmpl, NULL), 0);
+  assert_int_equal(st_layer_index_normalize(idx, &tmpl, NULL, NULL), 0);
   const st_entry *first = st_layer_index_find(idx, "a/link");
   assert_int_equal(first->type, ST_ENTRY_REGULAR);
   assert_int_equal(first->size, 42);
@@ -312,6 +331,7 @@ int main(void) {
       cmocka_unit_test(test_damaged_bytes),
       cmocka_unit_test(test_normalize_overrides_and_parents),
       cmocka_unit_test(test_normalize_hardlink_groups),
+      cmocka_unit_test(test_normalize_copies_lower_parents),
       cmocka_unit_test(test_path_check),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
