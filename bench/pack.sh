@@ -25,10 +25,12 @@
 #   STRATA_FIXTURES   .deb cache, default /var/cache/strata-fixtures
 #   BENCH_REPEAT      timed runs per command, default 3; tables show the fastest
 #                     (the machine may be shared), every run is listed
+#   BENCH_SETTLE      seconds to wait after deleting the previous run, default 65
 #
 # Needs root for apt-get (missing tools are installed) and for packing trees
 # owned by root. The figures are printed as a table at the end and kept in
-# $BENCH_WORK/run/results.txt.
+# $BENCH_WORK/run/results.txt; $BENCH_WORK/run (stores, trees, logs) stays for
+# inspection until the next run replaces it.
 set -euo pipefail
 export LC_ALL=C
 
@@ -227,12 +229,29 @@ fi
 
 # --- run dir (fresh every time) ----------------------------------------------
 run=$work/run
-rm -rf -- "$run"
+# The work dir may sit on an ext4 without a journal: there, for 60 s after a
+# sync (up to 6 min before), creating files next to many freshly deleted
+# inodes is slow (the allocator skips recently deleted inodes), which would
+# tax whichever tool runs first. So: delete, sync, wait; and below, nothing
+# is deleted while timed runs remain (each unpack goes to a fresh DEST).
+if [[ -e $run ]]; then
+  say "  removing the previous run ($run)"
+  rm -rf -- "$run"
+  sync
+  settle=${BENCH_SETTLE:-65}
+  say "  waiting ${settle} s for the file system to settle after the delete"
+  sleep "$settle"
+fi
 mkdir -p "$run/logs" "$run/out"
-sync
+# Room for v2, a store per tool and run, and every unpacked tree.
+need_kb=$((tree_bytes / 1024 * (4 * repeat + 2 + repeat * 3 / 2)))
+avail_kb=$(df -Pk "$run" | awk 'NR == 2 {print $4}')
+[[ $avail_kb -ge $need_kb ]] ||
+  die "$work needs about $((need_kb / 1024 / 1024)) GiB free, has $((avail_kb / 1024 / 1024)) GiB"
 logs=$run/logs
 T=$run/out
 U=$run/unpack
+mkdir -p "$U"
 # Stores, one per repetition (v2 goes into the store its repetition's v1 made).
 S() { echo "$run/strata-store.$1"; }
 C() { echo "$run/casync-store.$1"; }
@@ -344,33 +363,30 @@ tar_v2_new=$(stat -c %s "$T/v2.tar.zst")
 ostree_v2_new=$(($(file_bytes "$(O 1)/objects") - ostree_v1))
 
 # --- unpack ----------------------------------------------------------------
-step "unpack v1 x $repeat (stores and archives read from the page cache; DEST removed between runs)"
+step "unpack v1 x $repeat (stores and archives read from the page cache; a fresh DEST each run)"
 for ((rep = 1; rep <= repeat; rep++)); do
   say " run $rep/$repeat"
   cat "$T/v1.tar.zst" "$T/v1.1.caidx" >/dev/null
   tar -C "$(S 1)" -cf - . | cat >/dev/null
-  measure strata_unpack "$STRATA" --store "$(S 1)" layer unpack "$d1" "$U"
+  measure strata_unpack "$STRATA" --store "$(S 1)" layer unpack "$d1" "$U/strata.$rep"
   say "    $(tail -n 1 "$logs/strata_unpack.r$rep.err")"
-  [[ $rep -eq 1 ]] && verify "$v1" "$U" strata-v1
-  rm -rf -- "$U"
-  measure tar_unpack bash -c 'set -o pipefail; mkdir "$2" && zstd -d -c -q "$1" | tar -x -C "$2"' _ "$T/v1.tar.zst" "$U"
-  rm -rf -- "$U"
-  measure casync_extract casync extract --store="$(C 1)" "$T/v1.1.caidx" "$U"
-  rm -rf -- "$U"
-  measure ostree_checkout ostree --repo="$(O 1)" checkout "$ostree_c1" "$U"
-  rm -rf -- "$U"
+  [[ $rep -eq 1 ]] && verify "$v1" "$U/strata.1" strata-v1
+  measure tar_unpack bash -c 'set -o pipefail; mkdir "$2" && zstd -d -c -q "$1" | tar -x -C "$2"' \
+    _ "$T/v1.tar.zst" "$U/tar.$rep"
+  measure casync_extract casync extract --store="$(C 1)" "$T/v1.1.caidx" "$U/casync.$rep"
+  measure ostree_checkout ostree --repo="$(O 1)" checkout "$ostree_c1" "$U/ostree.$rep"
 done
 
 step "checks"
-"$STRATA" --store "$(S 1)" layer unpack "$d2" "$U" 2>"$logs/strata_unpack_v2.err" ||
+"$STRATA" --store "$(S 1)" layer unpack "$d2" "$U/strata-v2" 2>"$logs/strata_unpack_v2.err" ||
   die "strata layer unpack of v2 failed: $(tail -n 1 "$logs/strata_unpack_v2.err")"
-verify "$v2" "$U" strata-v2
-rm -rf -- "$U"
+verify "$v2" "$U/strata-v2" strata-v2
 rep=1
 measure strata_fsck "$STRATA" --store "$(S 1)" store fsck
 say "    $(cat "$logs/strata_fsck.r1.out" "$logs/strata_fsck.r1.err" | tail -n 1)"
-for ((rep = 2; rep <= repeat; rep++)); do rm -rf -- "$(S $rep)" "$(C $rep)" "$(O $rep)"; done
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+say "  removing the unpacked trees"
+rm -rf -- "$U"
 
 # --- results ---------------------------------------------------------------
 met() { awk -v a="$1" -v b="$2" 'BEGIN {print (a <= b) ? "MET" : "MISSED"}'; }
