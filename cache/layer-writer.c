@@ -5,6 +5,7 @@
 #include "layer-writer.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "cleanup.h"
 #include "dset.h"
 #include "log.h"
+#include "fs.h"
 #include "pool.h"
 
 #define READ_BUF (1u << 20)
@@ -29,6 +31,19 @@ struct file_rec {
   size_t entry;             /* index into the layer index */
   struct chunk_job **jobs;  /* owned */
   size_t n_jobs, cap_jobs;
+  bool whole;               /* read and cut by one pool task (small files) */
+  uint64_t size;            /* whole: bytes read */
+};
+
+/* A small file read, cut, hashed and stored by one pool task, so that the
+ * per-file system calls of many small files spread over every worker. */
+struct whole_job {
+  st_layer_writer *w;
+  struct file_rec *rec;
+  int dirfd;    /* borrowed; valid until the pool drains */
+  char *path;   /* owned, relative to dirfd */
+  char *shown;  /* owned, for messages */
+  uint64_t size;
 };
 
 struct st_layer_writer {
@@ -43,7 +58,7 @@ struct st_layer_writer {
   size_t buf_len;
   uint8_t *readbuf;
   /* all files */
-  struct file_rec *files;
+  struct file_rec **files; /* each owned; pointers stay valid for pool tasks */
   size_t n_files, cap_files;
   /* shared with workers */
   pthread_mutex_t lock;
@@ -83,11 +98,12 @@ int st_layer_writer_new(st_layer_writer **out, st_store *s, unsigned threads, st
 
 static void free_files(st_layer_writer *w) {
   for (size_t i = 0; i < w->n_files; i++) {
-    for (size_t j = 0; j < w->files[i].n_jobs; j++) {
-      free(w->files[i].jobs[j]->data);
-      free(w->files[i].jobs[j]);
+    for (size_t j = 0; j < w->files[i]->n_jobs; j++) {
+      free(w->files[i]->jobs[j]->data);
+      free(w->files[i]->jobs[j]);
     }
-    free(w->files[i].jobs);
+    free(w->files[i]->jobs);
+    free(w->files[i]);
   }
   free(w->files);
   w->files = NULL;
@@ -140,57 +156,122 @@ static int check_failed(st_layer_writer *w, st_error *err) {
   return rc;
 }
 
-/* Pool worker: hash, skip what this writer or the store already has,
- * otherwise compress and store. */
+/* Hashes a chunk, and unless this writer or the store already has it,
+ * compresses and stores it. Runs on pool workers. */
+static int store_chunk(st_layer_writer *w, const uint8_t *data, uint32_t len, st_digest *d,
+                       st_error *e) {
+  st_sha256(d, data, len);
+  pthread_mutex_lock(&w->lock);
+  int fresh = st_dset_insert(w->seen, d, 0);
+  pthread_mutex_unlock(&w->lock);
+  if (fresh < 0)
+    return st_error_set(e, ST_ENOMEM, "out of memory");
+  uint64_t stored = 0;
+  int rc = fresh ? st_store_put_hashed(w->store, ST_KIND_CHUNK, d, data, len, &stored, e) : 0;
+  if (rc == ST_OK && stored) {
+    pthread_mutex_lock(&w->lock);
+    w->stats.chunks_new++;
+    w->stats.bytes_new += len;
+    w->stats.bytes_new_stored += stored;
+    pthread_mutex_unlock(&w->lock);
+  }
+  return rc;
+}
+
 static void chunk_job_run(void *arg) {
   struct chunk_job *j = arg;
   st_layer_writer *w = j->w;
-  st_sha256(&j->digest, j->data, j->len);
-  if (!w->failed) {
-    pthread_mutex_lock(&w->lock);
-    int fresh = st_dset_insert(w->seen, &j->digest, 0);
-    pthread_mutex_unlock(&w->lock);
-    st_error e = {0};
-    uint64_t stored = 0;
-    int rc = fresh < 0 ? st_error_set(&e, ST_ENOMEM, "out of memory") : ST_OK;
-    if (fresh > 0)
-      rc = st_store_put_hashed(w->store, ST_KIND_CHUNK, &j->digest, j->data, j->len, &stored, &e);
-    if (rc < 0) {
-      fail(w, &e);
-    } else if (stored) {
-      pthread_mutex_lock(&w->lock);
-      w->stats.chunks_new++;
-      w->stats.bytes_new += j->len;
-      w->stats.bytes_new_stored += stored;
-      pthread_mutex_unlock(&w->lock);
-    }
-  }
+  st_error e = {0};
+  if (!w->failed && store_chunk(w, j->data, j->len, &j->digest, &e) < 0)
+    fail(w, &e);
   free(j->data);
   j->data = NULL;
 }
 
-static int submit_chunk(st_layer_writer *w, st_error *err) {
-  struct file_rec *f = w->cur;
+static int rec_add_job(struct file_rec *f, struct chunk_job *j) {
   if (f->n_jobs == f->cap_jobs) {
     size_t cap = f->cap_jobs ? f->cap_jobs * 2 : 4;
     struct chunk_job **n = realloc(f->jobs, cap * sizeof *n);
     if (!n)
-      return st_error_set(err, ST_ENOMEM, "out of memory");
+      return ST_ENOMEM;
     f->jobs = n;
     f->cap_jobs = cap;
   }
+  f->jobs[f->n_jobs++] = j;
+  return ST_OK;
+}
+
+static int cut_whole(st_layer_writer *w, struct whole_job *j, const uint8_t *buf, size_t n,
+                     st_error *e) {
+  st_chunker c;
+  st_chunker_init(&c, st_layer_index_chunking(w->idx));
+  size_t off = 0;
+  while (off < n) {
+    size_t k = st_chunker_scan(&c, buf + off, n - off);
+    size_t len = k ? k : n - off;
+    struct chunk_job *cj = calloc(1, sizeof *cj);
+    if (!cj || rec_add_job(j->rec, cj) < 0) {
+      free(cj);
+      return st_error_set(e, ST_ENOMEM, "out of memory");
+    }
+    cj->len = (uint32_t)len;
+    int rc = store_chunk(w, buf + off, cj->len, &cj->digest, e);
+    if (rc < 0)
+      return rc;
+    off += len;
+  }
+  pthread_mutex_lock(&w->lock);
+  w->stats.bytes += n;
+  w->stats.chunks += j->rec->n_jobs;
+  pthread_mutex_unlock(&w->lock);
+  return ST_OK;
+}
+
+static void whole_job_run(void *arg) {
+  struct whole_job *j = arg;
+  st_layer_writer *w = j->w;
+  st_error e = {0};
+  int rc = ST_OK;
+  uint8_t *buf = NULL;
+  if (!w->failed) {
+    int fd = openat(j->dirfd, j->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    buf = malloc(j->size ? j->size : 1);
+    ssize_t n = -1;
+    if (fd < 0)
+      rc = st_error_errno(&e, errno, "open %s", j->shown);
+    else if (!buf)
+      rc = st_error_set(&e, ST_ENOMEM, "out of memory");
+    else if ((n = st_pread_all(fd, buf, j->size, 0)) < 0)
+      rc = st_error_errno(&e, (int)-n, "read %s", j->shown);
+    if (fd >= 0)
+      close(fd);
+    if (rc == ST_OK) {
+      j->rec->size = (uint64_t)n; /* a file that shrank meanwhile is taken as read */
+      rc = cut_whole(w, j, buf, (size_t)n, &e);
+    }
+    if (rc < 0)
+      fail(w, &e);
+  }
+  free(buf);
+  free(j->path);
+  free(j->shown);
+  free(j);
+}
+
+static int submit_chunk(st_layer_writer *w, st_error *err) {
   struct chunk_job *j = calloc(1, sizeof *j);
   uint8_t *data = malloc(w->buf_len);
-  if (!j || !data) {
+  if (!j || !data || rec_add_job(w->cur, j) < 0) {
     free(j);
     free(data);
     return st_error_set(err, ST_ENOMEM, "out of memory");
   }
   memcpy(data, w->buf, w->buf_len);
   *j = (struct chunk_job){.w = w, .data = data, .len = (uint32_t)w->buf_len};
-  f->jobs[f->n_jobs++] = j;
   w->buf_len = 0;
+  pthread_mutex_lock(&w->lock); /* whole-file tasks count too */
   w->stats.chunks++;
+  pthread_mutex_unlock(&w->lock);
   st_pool_submit(w->pool, chunk_job_run, j);
   return ST_OK;
 }
@@ -208,20 +289,29 @@ int st_layer_writer_add(st_layer_writer *w, st_entry *e, st_error *err) {
   return st_layer_index_add(w->idx, e, err);
 }
 
+static int add_rec(st_layer_writer *w, struct file_rec *rec) {
+  if (w->n_files == w->cap_files) {
+    size_t cap = w->cap_files ? w->cap_files * 2 : 256;
+    struct file_rec **n = realloc(w->files, cap * sizeof *n);
+    if (!n)
+      return ST_ENOMEM;
+    w->files = n;
+    w->cap_files = cap;
+  }
+  w->files[w->n_files++] = rec;
+  return ST_OK;
+}
+
 int st_layer_writer_begin_file(st_layer_writer *w, st_entry *e, st_error *err) {
   if (w->in_file || e->type != ST_ENTRY_REGULAR) {
     st_entry_clear(e);
     return st_error_set(err, ST_EINVAL, "begin_file: not a regular file or a file is open");
   }
-  if (w->n_files == w->cap_files) {
-    size_t cap = w->cap_files ? w->cap_files * 2 : 256;
-    struct file_rec *n = realloc(w->files, cap * sizeof *n);
-    if (!n) {
-      st_entry_clear(e);
-      return st_error_set(err, ST_ENOMEM, "out of memory");
-    }
-    w->files = n;
-    w->cap_files = cap;
+  struct file_rec *rec = calloc(1, sizeof *rec);
+  if (!rec || add_rec(w, rec) < 0) {
+    free(rec);
+    st_entry_clear(e);
+    return st_error_set(err, ST_ENOMEM, "out of memory");
   }
   e->size = 0;
   free(e->chunks);
@@ -231,8 +321,8 @@ int st_layer_writer_begin_file(st_layer_writer *w, st_entry *e, st_error *err) {
   int rc = st_layer_index_add(w->idx, e, err);
   if (rc < 0)
     return rc;
-  w->cur = &w->files[w->n_files++];
-  *w->cur = (struct file_rec){.entry = entry};
+  w->cur = rec;
+  rec->entry = entry;
   w->in_file = true;
   w->buf_len = 0;
   st_chunker_reset(&w->chunker);
@@ -246,7 +336,9 @@ int st_layer_writer_write(st_layer_writer *w, const void *data, size_t len, st_e
   if (rc < 0)
     return rc;
   st_layer_index_entry_mut(w->idx, w->cur->entry)->size += len;
+  pthread_mutex_lock(&w->lock);
   w->stats.bytes += len;
+  pthread_mutex_unlock(&w->lock);
   while (len > 0) {
     size_t k = st_chunker_scan(&w->chunker, p, len);
     size_t take = k ? k : len;
@@ -292,11 +384,53 @@ int st_layer_writer_add_fd(st_layer_writer *w, st_entry *e, int fd, uint64_t siz
   return st_layer_writer_end_file(w, err);
 }
 
+int st_layer_writer_add_file_at(st_layer_writer *w, st_entry *e, int dirfd, const char *path,
+                                uint64_t size, const char *shown, st_error *err) {
+  int rc = check_failed(w, err);
+  if (rc < 0 || w->in_file || e->type != ST_ENTRY_REGULAR) {
+    st_entry_clear(e);
+    return rc < 0 ? rc : st_error_set(err, ST_EINVAL, "add_file_at: not a regular file");
+  }
+  struct file_rec *rec = calloc(1, sizeof *rec);
+  struct whole_job *j = calloc(1, sizeof *j);
+  char *p = strdup(path), *sh = strdup(shown);
+  size_t entry = st_layer_index_count(w->idx);
+  if (!rec || !j || !p || !sh || add_rec(w, rec) < 0) {
+    free(rec);
+    free(j);
+    free(p);
+    free(sh);
+    st_entry_clear(e);
+    return st_error_set(err, ST_ENOMEM, "out of memory");
+  }
+  e->size = 0;
+  if ((rc = st_layer_index_add(w->idx, e, err)) < 0) {
+    w->n_files--;
+    free(rec);
+    free(j);
+    free(p);
+    free(sh);
+    return rc;
+  }
+  *rec = (struct file_rec){.entry = entry, .whole = true};
+  *j = (struct whole_job){w, rec, dirfd, p, sh, size};
+  w->stats.files++;
+  st_pool_submit(w->pool, whole_job_run, j);
+  return ST_OK;
+}
+
+int st_layer_writer_wait(st_layer_writer *w, st_error *err) {
+  st_pool_wait(w->pool);
+  return check_failed(w, err);
+}
+
 /* Moves each file's chunk digests from its jobs into its index entry. */
 static int assemble(st_layer_writer *w, st_error *err) {
   for (size_t i = 0; i < w->n_files; i++) {
-    struct file_rec *f = &w->files[i];
+    struct file_rec *f = w->files[i];
     st_entry *e = st_layer_index_entry_mut(w->idx, f->entry);
+    if (f->whole)
+      e->size = f->size;
     if (f->n_jobs == 0)
       continue;
     e->chunks = calloc(f->n_jobs, sizeof *e->chunks);

@@ -41,6 +41,18 @@ int st_layer_writer_end_file(st_layer_writer *w, st_error *err);
 int st_layer_writer_add_fd(st_layer_writer *w, st_entry *e, int fd, uint64_t size,
                            const char *path, st_error *err);
 
+/* A regular file at dirfd/path of `size` bytes, read, cut, hashed and
+ * stored by one pool task (for small files, so that their system calls run
+ * on every worker). dirfd must stay open until finish. shown names the file
+ * in errors, which surface at the next call or at finish. e consumed. */
+#define ST_WHOLE_FILE_MAX (1u << 20)
+int st_layer_writer_add_file_at(st_layer_writer *w, st_entry *e, int dirfd, const char *path,
+                                uint64_t size, const char *shown, st_error *err);
+
+/* Waits until every queued task has run (e.g. before closing a dirfd given
+ * to add_file_at). Returns the first error of a task, if any. */
+int st_layer_writer_wait(st_layer_writer *w, st_error *err);
+
 /* Metadata of directories the writer adds itself: missing parents of added
  * entries, and the root if no source gave one. Default 0755 root:root,
  * mtime 0. */

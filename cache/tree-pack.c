@@ -223,6 +223,12 @@ static int add_node_entry(st_layer_writer *w, int rootfd, const char *root, stru
     }
   }
   e.type = ST_ENTRY_REGULAR;
+  if ((uint64_t)st->st_size <= ST_WHOLE_FILE_MAX) {
+    char shown_path[PATH_MAX];
+    snprintf(shown_path, sizeof shown_path, "%s/%s", root, nd->path);
+    return st_layer_writer_add_file_at(w, &e, rootfd, nd->path, (uint64_t)st->st_size,
+                                       shown_path, err);
+  }
   _cleanup_close_ int fd = openat(rootfd, nd->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     st_entry_clear(&e);
@@ -264,6 +270,11 @@ int st_layer_pack_dir(st_layer_writer *w, const char *dir, const st_pack_opts *o
     if (opts->progress)
       opts->progress(done, wk.total_bytes, opts->progress_ud);
   }
+  /* whole-file tasks read through rootfd: let them finish before it closes */
+  st_error werr = {0};
+  int wrc = st_layer_writer_wait(w, &werr);
+  if (rc == ST_OK && wrc < 0)
+    rc = st_error_set(err, wrc, "%s", werr.msg);
   st_dset_free(inodes);
   for (size_t i = 0; i < wk.n; i++)
     free(wk.nodes[i].path);
