@@ -35,6 +35,33 @@ int cli_common_opt(cli_ctx *ctx, int c, const char *arg) {
   }
 }
 
+int cli_parse_opts(cli_ctx *ctx, int argc, char **argv, const struct option *opts,
+                   const char *usage, cli_extra_opt_fn extra, void *ud) {
+  int c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, CLI_COMMON_SHORTOPTS, opts, NULL)) != -1) {
+    if (c == 'h') {
+      printf("usage: %s\n", usage);
+      exit(CLI_EXIT_OK);
+    }
+    int r = cli_common_opt(ctx, c, optarg);
+    if (r < 0)
+      return CLI_EXIT_USAGE;
+    if (r == 0 && (!extra || extra(c, optarg, ud) != 0))
+      return cli_usage_error(usage, "unknown option");
+  }
+  return CLI_EXIT_OK;
+}
+
+int64_t cli_source_date_epoch(void) {
+  const char *sde = getenv("SOURCE_DATE_EPOCH");
+  if (!sde || !*sde)
+    return 0;
+  char *end;
+  long long v = strtoll(sde, &end, 10);
+  return *end ? 0 : v;
+}
+
 const char *cli_store_path(cli_ctx *ctx) {
   if (ctx->store_path)
     return ctx->store_path;

@@ -34,6 +34,16 @@ typedef struct {
  * -1 on a bad value (message printed). 'h' is left to the caller. */
 int cli_common_opt(cli_ctx *ctx, int c, const char *arg);
 
+/* Parses the options of a subcommand (argv[0] is its name): the common ones,
+ * and others through extra (returns non-zero for an unknown option). -h
+ * prints the usage and exits. Positional arguments are left at
+ * argv[optind..]. Returns CLI_EXIT_OK or CLI_EXIT_USAGE (message printed). */
+typedef int (*cli_extra_opt_fn)(int c, const char *arg, void *ud);
+int cli_parse_opts(cli_ctx *ctx, int argc, char **argv, const struct option *opts,
+                   const char *usage, cli_extra_opt_fn extra, void *ud);
+/* SOURCE_DATE_EPOCH when set to a number, else 0: the normalised mtime. */
+int64_t cli_source_date_epoch(void);
+
 /* Opens the store (flags as st_store_open); prints the error on failure. */
 int cli_open_store(cli_ctx *ctx, unsigned flags, st_store **out);
 const char *cli_store_path(cli_ctx *ctx);

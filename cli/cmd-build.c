@@ -17,14 +17,6 @@
 static const char build_usage[] = "strata build [--store DIR] [-j N] [--cell K=V,...] RECIPE";
 static const char plan_usage[] = "strata plan [--store DIR] [--cell K=V,...] RECIPE";
 
-static int64_t source_date_epoch(void) {
-  const char *sde = getenv("SOURCE_DATE_EPOCH");
-  if (!sde || !*sde)
-    return 0;
-  char *end;
-  long long v = strtoll(sde, &end, 10);
-  return *end ? 0 : v;
-}
 
 static void on_event(const st_build_event *ev, void *ud) {
   const cli_ctx *ctx = ud;
@@ -69,25 +61,6 @@ static int cell_opt(int c, const char *arg, void *ud) {
   return 0;
 }
 
-/* Option parsing shared with cmd-layer.c's style. */
-static int parse(cli_ctx *ctx, int argc, char **argv, const struct option *opts,
-                 const char *usage, int (*extra)(int, const char *, void *), void *ud) {
-  int c;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, CLI_COMMON_SHORTOPTS, opts, NULL)) != -1) {
-    if (c == 'h') {
-      printf("usage: %s\n", usage);
-      exit(CLI_EXIT_OK);
-    }
-    int r = cli_common_opt(ctx, c, optarg);
-    if (r < 0)
-      return CLI_EXIT_USAGE;
-    if (r == 0 && (!extra || extra(c, optarg, ud) != 0))
-      return cli_usage_error(usage, "unknown option");
-  }
-  return CLI_EXIT_OK;
-}
-
 /* Recipe problems are the user's input: exit 2, one line. */
 static int recipe_fail(const st_error *err) {
   fprintf(stderr, "strata: error: %s\n", err->msg);
@@ -99,7 +72,7 @@ static int build_or_plan(cli_ctx *ctx, int argc, char **argv, bool dry_run) {
                                        CLI_COMMON_LONGOPTS};
   const char *usage = dry_run ? plan_usage : build_usage;
   struct build_args ba = {0};
-  int rc = parse(ctx, argc, argv, opts, usage, cell_opt, &ba);
+  int rc = cli_parse_opts(ctx, argc, argv, opts, usage, cell_opt, &ba);
   if (rc)
     return rc;
   if (argc - optind != 1)
@@ -119,7 +92,7 @@ static int build_or_plan(cli_ctx *ctx, int argc, char **argv, bool dry_run) {
   rc = st_recipe_cells(r, &cells, &n_cells, &err) < 0 ? cli_fail(&err) : CLI_EXIT_OK;
   if (rc == CLI_EXIT_OK)
     rc = cli_open_store(ctx, ST_STORE_CREATE, &s);
-  st_build_opts bo = {.threads = cli_threads(ctx), .mtime = source_date_epoch(),
+  st_build_opts bo = {.threads = cli_threads(ctx), .mtime = cli_source_date_epoch(),
                       .dry_run = dry_run, .on_event = on_event, .ud = ctx};
   double t0 = st_now();
   size_t built = 0;
@@ -184,7 +157,7 @@ static int open_and_resolve(cli_ctx *ctx, const char *ref, st_store **s, st_dige
 int cmd_images(cli_ctx *ctx, int argc, char **argv) {
   static const char usage[] = "strata images [--store DIR]";
   static const struct option opts[] = {CLI_COMMON_LONGOPTS};
-  int rc = parse(ctx, argc, argv, opts, usage, NULL, NULL);
+  int rc = cli_parse_opts(ctx, argc, argv, opts, usage, NULL, NULL);
   if (rc)
     return rc;
   if (optind != argc)
@@ -203,7 +176,7 @@ int cmd_images(cli_ctx *ctx, int argc, char **argv) {
 int cmd_inspect(cli_ctx *ctx, int argc, char **argv) {
   static const char usage[] = "strata inspect [--store DIR] IMAGE";
   static const struct option opts[] = {CLI_COMMON_LONGOPTS};
-  int rc = parse(ctx, argc, argv, opts, usage, NULL, NULL);
+  int rc = cli_parse_opts(ctx, argc, argv, opts, usage, NULL, NULL);
   if (rc)
     return rc;
   if (argc - optind != 1)
@@ -247,7 +220,7 @@ int cmd_inspect(cli_ctx *ctx, int argc, char **argv) {
 int cmd_tag(cli_ctx *ctx, int argc, char **argv) {
   static const char usage[] = "strata tag [--store DIR] SOURCE_IMAGE NAME:TAG";
   static const struct option opts[] = {CLI_COMMON_LONGOPTS};
-  int rc = parse(ctx, argc, argv, opts, usage, NULL, NULL);
+  int rc = cli_parse_opts(ctx, argc, argv, opts, usage, NULL, NULL);
   if (rc)
     return rc;
   if (argc - optind != 2)
@@ -271,7 +244,7 @@ int cmd_tag(cli_ctx *ctx, int argc, char **argv) {
 int cmd_rmi(cli_ctx *ctx, int argc, char **argv) {
   static const char usage[] = "strata rmi [--store DIR] NAME:TAG...";
   static const struct option opts[] = {CLI_COMMON_LONGOPTS};
-  int rc = parse(ctx, argc, argv, opts, usage, NULL, NULL);
+  int rc = cli_parse_opts(ctx, argc, argv, opts, usage, NULL, NULL);
   if (rc)
     return rc;
   if (argc - optind < 1)
@@ -297,7 +270,7 @@ int cmd_rmi(cli_ctx *ctx, int argc, char **argv) {
 int cmd_export(cli_ctx *ctx, int argc, char **argv) {
   static const char usage[] = "strata export [--store DIR] [-j N] IMAGE DIR";
   static const struct option opts[] = {CLI_COMMON_LONGOPTS};
-  int rc = parse(ctx, argc, argv, opts, usage, NULL, NULL);
+  int rc = cli_parse_opts(ctx, argc, argv, opts, usage, NULL, NULL);
   if (rc)
     return rc;
   if (argc - optind != 2)

@@ -25,35 +25,6 @@ static void progress_cb(uint64_t done, uint64_t total, void *ud) {
   st_progress_update(ud, done);
 }
 
-/* Parses options with extra long options handled by `extra`; positional
- * arguments are left at argv[optind..]. */
-typedef int (*extra_opt_fn)(int c, const char *arg, void *ud);
-static int parse_opts(cli_ctx *ctx, int argc, char **argv, const struct option *opts,
-                      const char *usage, extra_opt_fn extra, void *ud) {
-  int c;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, CLI_COMMON_SHORTOPTS, opts, NULL)) != -1) {
-    if (c == 'h') {
-      printf("usage: %s\n", usage);
-      exit(CLI_EXIT_OK);
-    }
-    int r = cli_common_opt(ctx, c, optarg);
-    if (r < 0)
-      return CLI_EXIT_USAGE;
-    if (r == 0 && (!extra || extra(c, optarg, ud) != 0))
-      return cli_usage_error(usage, "unknown option");
-  }
-  return CLI_EXIT_OK;
-}
-
-static int64_t default_mtime(void) {
-  const char *sde = getenv("SOURCE_DATE_EPOCH");
-  if (!sde || !*sde)
-    return 0;
-  char *end;
-  long long v = strtoll(sde, &end, 10);
-  return *end ? 0 : v;
-}
 
 static int pack_opt(int c, const char *arg, void *ud) {
   st_pack_opts *o = ud;
@@ -70,8 +41,8 @@ static int layer_pack(cli_ctx *ctx, int argc, char **argv) {
   static const struct option opts[] = {{"keep-mtime", no_argument, NULL, 'k'},
                                        {"owner-root", no_argument, NULL, 'r'},
                                        CLI_COMMON_LONGOPTS};
-  st_pack_opts po = {.mtime = default_mtime()};
-  int rc = parse_opts(ctx, argc, argv, opts, pack_usage, pack_opt, &po);
+  st_pack_opts po = {.mtime = cli_source_date_epoch()};
+  int rc = cli_parse_opts(ctx, argc, argv, opts, pack_usage, pack_opt, &po);
   if (rc)
     return rc;
   if (argc - optind != 1)
@@ -134,7 +105,7 @@ static int unpack_opt(int c, const char *arg, void *ud) {
 static int layer_unpack(cli_ctx *ctx, int argc, char **argv) {
   static const struct option opts[] = {{"no-chown", no_argument, NULL, 'n'}, CLI_COMMON_LONGOPTS};
   st_unpack_opts uo = st_unpack_opts_default();
-  int rc = parse_opts(ctx, argc, argv, opts, unpack_usage, unpack_opt, &uo);
+  int rc = cli_parse_opts(ctx, argc, argv, opts, unpack_usage, unpack_opt, &uo);
   if (rc)
     return rc;
   if (argc - optind != 2)
@@ -198,7 +169,7 @@ static void print_entry(const char *prefix, const st_entry *e) {
 
 static int layer_ls(cli_ctx *ctx, int argc, char **argv) {
   static const struct option opts[] = {CLI_COMMON_LONGOPTS};
-  int rc = parse_opts(ctx, argc, argv, opts, ls_usage, NULL, NULL);
+  int rc = cli_parse_opts(ctx, argc, argv, opts, ls_usage, NULL, NULL);
   if (rc)
     return rc;
   if (argc - optind != 1)
@@ -238,7 +209,7 @@ static int diff_line(const st_entry *a, const st_entry *b, unsigned changes, voi
 
 static int layer_diff(cli_ctx *ctx, int argc, char **argv) {
   static const struct option opts[] = {CLI_COMMON_LONGOPTS};
-  int rc = parse_opts(ctx, argc, argv, opts, diff_usage, NULL, NULL);
+  int rc = cli_parse_opts(ctx, argc, argv, opts, diff_usage, NULL, NULL);
   if (rc)
     return rc;
   if (argc - optind != 2)

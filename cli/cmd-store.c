@@ -17,22 +17,10 @@ static const char stats_usage[] = "strata store stats [--store DIR]";
 
 static int parse_common_only(cli_ctx *ctx, int argc, char **argv, const char *usage) {
   static const struct option opts[] = {CLI_COMMON_LONGOPTS};
-  int c;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, CLI_COMMON_SHORTOPTS, opts, NULL)) != -1) {
-    if (c == 'h') {
-      printf("usage: %s\n", usage);
-      exit(CLI_EXIT_OK);
-    }
-    int r = cli_common_opt(ctx, c, optarg);
-    if (r < 0)
-      return CLI_EXIT_USAGE;
-    if (r == 0)
-      return cli_usage_error(usage, "unknown option");
-  }
-  if (optind != argc)
+  int rc = cli_parse_opts(ctx, argc, argv, opts, usage, NULL, NULL);
+  if (rc == CLI_EXIT_OK && optind != argc)
     return cli_usage_error(usage, "unexpected argument '%s'", argv[optind]);
-  return CLI_EXIT_OK;
+  return rc;
 }
 
 static int store_init(cli_ctx *ctx, int argc, char **argv) {
