@@ -36,7 +36,10 @@ int main(int argc, char **argv) {
       cli_common_opt(&ctx, 'v', NULL);
     else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet"))
       cli_common_opt(&ctx, 'q', NULL);
-    else if (!strcmp(argv[i], "--store") && i + 1 < argc)
+    else if ((!strcmp(argv[i], "-j") || !strcmp(argv[i], "--jobs")) && i + 1 < argc) {
+      if (cli_common_opt(&ctx, 'j', argv[++i]) < 0)
+        return CLI_EXIT_USAGE;
+    } else if (!strcmp(argv[i], "--store") && i + 1 < argc)
       ctx.store_path = argv[++i];
     else if (!strncmp(argv[i], "--store=", 8))
       ctx.store_path = argv[i] + 8;
