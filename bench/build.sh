@@ -61,12 +61,12 @@ framework_runs=(
   "update-alternatives --log /dev/null --install /usr/lib/x86_64-linux-gnu/libblas.so.3 libblas.so.3-x86_64-linux-gnu /usr/lib/x86_64-linux-gnu/blas/libblas.so.3 10"
   "update-alternatives --log /dev/null --install /usr/lib/x86_64-linux-gnu/liblapack.so.3 liblapack.so.3-x86_64-linux-gnu /usr/lib/x86_64-linux-gnu/lapack/liblapack.so.3 10"
   "ldconfig && rm -f /var/cache/ldconfig/aux-cache"
-  "PYTHONHASHSEED=0 python3 -m compileall -q /usr/lib/python3/dist-packages"
+  "PYTHONHASHSEED=0 python3 -m compileall -q /usr/lib/python3.11 /usr/lib/python3/dist-packages"
 )
 tools_runs=(
   "d=/usr/lib/x86_64-linux-gnu; if [ -e \$d/openblas-pthread/libblas.so.3 ]; then update-alternatives --log /dev/null --install \$d/libblas.so.3 libblas.so.3-x86_64-linux-gnu \$d/openblas-pthread/libblas.so.3 100 && update-alternatives --log /dev/null --install \$d/liblapack.so.3 liblapack.so.3-x86_64-linux-gnu \$d/openblas-pthread/liblapack.so.3 100 && update-alternatives --log /dev/null --install \$d/libopenblas.so.0 libopenblas.so.0-x86_64-linux-gnu \$d/openblas-pthread/libopenblas.so.0 100; fi"
   "ldconfig && rm -f /var/cache/ldconfig/aux-cache"
-  "PYTHONHASHSEED=0 python3 -m compileall -q /usr/lib/python3/dist-packages"
+  "PYTHONHASHSEED=0 python3 -m compileall -q /usr/lib/python3.11 /usr/lib/python3/dist-packages"
 )
 # the image's config.env, which run steps see
 run_env=(PATH /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG C.UTF-8 HOME /root)
@@ -173,6 +173,7 @@ declare -A DEB_BYTES DEB_COUNT
 for c in "${cells[@]}"; do
   # shellcheck disable=SC2046
   DEB_BYTES[$c]=$(file_bytes $(layer_dirs "$c"))
+  # shellcheck disable=SC2046
   DEB_COUNT[$c]=$(find $(layer_dirs "$c") -maxdepth 1 -name '*.deb' | wc -l)
 done
 # every package of the matrix once (the scipy=no tools are a subset of scipy=yes's)
@@ -284,6 +285,10 @@ for ((rep = 1; rep <= repeat; rep++)); do
   done
 done
 sum_wall() { awk -v a="${WALL[$1]}" -v b="${WALL[$2]}" 'BEGIN {printf "%.2f\n", a + b}'; }
+sum_cpu() {
+  awk -v a="${CPU[$1]}" -v b="${CPU[$2]}" 'BEGIN {split(a, x, "/"); split(b, y, "/");
+    printf "%.1f/%.1f\n", x[1] + y[1], x[2] + y[2]}'
+}
 pipe_wall=$(sum_wall pipeline_no pipeline_yes)
 plain_wall=$(sum_wall plain_no plain_yes)
 for c in "${cells[@]}"; do
@@ -318,7 +323,7 @@ for c in "${cells[@]}"; do
   else
     say "  cell scipy=$c: exported root identical to the pipeline's"
   fi
-  SIZE_ROOT[$c]=$(file_bytes "$e")
+  SIZE_ROOT[$c]=$(du -sb "$e" | cut -f1)
   FILES_ROOT[$c]=$(find "$e" -type f | wc -l)
   rep=1
   measure "tar_zstd_$c" bash -c 'set -o pipefail; tar -C "$1" -cf - . | zstd -3 -T0 -q -f -o "$2"' _ \
@@ -340,19 +345,19 @@ t_cold=${WALL[strata_cold]} t_warm=${WALL[strata_warm]}
   echo "load average: $load_start at the start, $load_end at the end"
   echo "strata $strata_rev ($STRATA); recipe recipes/debian-pytorch.yaml, cells scipy=no, scipy=yes"
   for c in "${cells[@]}"; do
-    echo "cell scipy=$c: ${DEB_COUNT[$c]} packages, $(mb "${DEB_BYTES[$c]}") MB of .deb; root ${FILES_ROOT[$c]} files, $(mb "${SIZE_ROOT[$c]}") MB"
+    echo "cell scipy=$c: ${DEB_COUNT[$c]} packages, $(mb "${DEB_BYTES[$c]}") MB of .deb; root ${FILES_ROOT[$c]} files, $(mb "${SIZE_ROOT[$c]}") MB (du -sb)"
   done
   echo "matrix: $all_deb_count distinct packages, $all_deb_bytes bytes ($(mb "$all_deb_bytes") MB) of .deb; .deb files read from the page cache"
   echo "times: fastest of $repeat run(s) (cpu = user/sys s of that run); every run listed on the right"
   echo
-  echo "build (whole matrix)                 wall s   cpu u/s   vs pipeline  runs"
-  row() { printf '%-36s %7s %9s %12s  %s\n' "$1" "$2" "$3" "$(ratio "$2" "$pipe_wall")" "$4"; }
-  row "strata build, cold (fresh store)" "$t_cold" "${CPU[strata_cold]}" "${RUNS[strata_cold]}"
-  row "strata build, warm (all cached)" "$t_warm" "${CPU[strata_warm]}" "${RUNS[strata_warm]}"
-  row "pipeline: deb -x+status+run+tar|zstd" "$pipe_wall" "-" "no ${RUNS[pipeline_no]}; yes ${RUNS[pipeline_yes]}"
-  row "  (deb -x + tar|zstd only)" "$plain_wall" "-" "no ${RUNS[plain_no]}; yes ${RUNS[plain_yes]}"
+  echo "build (whole matrix)                 wall s   cpu u/s  rss MiB  vs pipeline  runs"
+  row() { printf '%-36s %7s %9s %8s %12s  %s\n' "$1" "$2" "$3" "$4" "$(ratio "$2" "$pipe_wall")" "$5"; }
+  row "strata build, cold (fresh store)" "$t_cold" "${CPU[strata_cold]}" "${RSS[strata_cold]}" "${RUNS[strata_cold]}"
+  row "strata build, warm (all cached)" "$t_warm" "${CPU[strata_warm]}" "${RSS[strata_warm]}" "${RUNS[strata_warm]}"
+  row "pipeline: deb -x+status+run+tar|zstd" "$pipe_wall" "$(sum_cpu pipeline_no pipeline_yes)" "-" "no ${RUNS[pipeline_no]}; yes ${RUNS[pipeline_yes]}"
+  row "  (deb -x + tar|zstd only)" "$plain_wall" "$(sum_cpu plain_no plain_yes)" "-" "no ${RUNS[plain_no]}; yes ${RUNS[plain_yes]}"
   echo "  pipeline = per cell, in sequence: dpkg-deb -x of every package, dpkg status, the recipe's run"
-  echo "  steps in bwrap, tar | zstd -3 -T0; its roots are checked identical to strata's exported roots"
+  echo "  steps in bwrap, tar | zstd -3 -T0; its roots are checked identical to strata's exported roots."
   echo
   echo "bytes                                         bytes      MB  store / this"
   row2() { printf '%-38s %12s %7s %13s\n' "$1" "$2" "$(mb "$2")" "$(ratio "$store_bytes" "$2")"; }
@@ -365,6 +370,7 @@ t_cold=${WALL[strata_cold]} t_warm=${WALL[strata_warm]}
   row2 "  cell scipy=no" "${EXP_TAR[no]}"
   row2 "  cell scipy=yes" "${EXP_TAR[yes]}"
   row2 "pipeline's tar.zst files, sum" "$pipe_tar_sum"
+  row2 "  (deb -x + tar|zstd only), sum" "$((PLAIN_TAR[no] + PLAIN_TAR[yes]))"
   echo "  tar|zstd -3 -T0 of the exported roots: no ${WALL[tar_zstd_no]} s, yes ${WALL[tar_zstd_yes]} s"
   echo
   echo "targets"
