@@ -440,7 +440,7 @@ static void log_line(const char *line, void *ud) {
 /* Materialises lower + sources, runs the commands, and returns the layer of
  * everything that differs from the lower layers afterwards. */
 static int run_steps(struct ctx *c, size_t li, const st_digest *sources_layer, st_digest *out,
-                     st_error *err) {
+                     uint64_t *bytes_new, st_error *err) {
   const st_recipe_layer *l = &c->ri->layers[li];
   const char *tmpbase = c->o->tmpdir ? c->o->tmpdir : getenv("TMPDIR");
   char root[PATH_MAX];
@@ -480,6 +480,8 @@ static int run_steps(struct ctx *c, size_t li, const st_digest *sources_layer, s
   st_digest tmp;
   if (rc == ST_OK)
     rc = st_layer_writer_finish(w, &tmp, &after, err);
+  if (rc == ST_OK) /* what the commands wrote adds to what the sources did */
+    *bytes_new += st_layer_writer_stats(w)->bytes_new_stored;
   if (rc == ST_OK)
     rc = delta(lower, after, c->o->mtime, &d, err);
   if (rc == ST_OK)
@@ -527,7 +529,7 @@ static int build_layer(struct ctx *c, size_t li, struct inputs *in, st_digest *o
   st_layer_writer_free(w);
   st_layer_index_free(below);
   if (rc == ST_OK && l->n_runs)
-    return run_steps(c, li, &sources_layer, out, err);
+    return run_steps(c, li, &sources_layer, out, bytes_new, err);
   if (rc == ST_OK)
     *out = sources_layer;
   return rc;
