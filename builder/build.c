@@ -437,62 +437,130 @@ static void log_line(const char *line, void *ud) {
   emit(c, &ev);
 }
 
-/* Materialises lower + sources, runs the commands, and returns the layer of
- * everything that differs from the lower layers afterwards. */
-static int run_steps(struct ctx *c, size_t li, const st_digest *sources_layer, st_digest *out,
-                     uint64_t *bytes_new, st_error *err) {
-  const st_recipe_layer *l = &c->ri->layers[li];
-  const char *tmpbase = c->o->tmpdir ? c->o->tmpdir : getenv("TMPDIR");
-  char root[PATH_MAX];
-  snprintf(root, sizeof root, "%s/strata-run-XXXXXX", tmpbase && *tmpbase ? tmpbase : "/var/tmp");
-  if (!mkdtemp(root))
-    return st_error_errno(err, errno, "mkdtemp %s", root);
-  char tree[PATH_MAX + 8];
-  snprintf(tree, sizeof tree, "%s/root", root);
-  st_digest *all = malloc((li + 1) * sizeof *all);
-  st_layer_index *lower = NULL, *with_sources = NULL, *after = NULL, *d = NULL;
-  st_layer_writer *w = NULL;
-  int rc = all ? ST_OK : st_error_set(err, ST_ENOMEM, "out of memory");
-  if (rc == ST_OK) {
-    memcpy(all, c->layers, li * sizeof *all);
-    all[li] = *sources_layer;
-    rc = st_compose(c->s, all, li, &lower, err);
+/* The scratch directories of one layer's run steps. */
+struct run_dirs {
+  char root[PATH_MAX], lower[PATH_MAX], upper[PATH_MAX], work[PATH_MAX], merged[PATH_MAX];
+};
+
+static int run_dirs_make(struct run_dirs *d, const char *tmpdir, st_error *err) {
+  const char *base = tmpdir && *tmpdir ? tmpdir : "/var/tmp";
+  if (snprintf(d->root, sizeof d->root, "%s/strata-run-XXXXXX", base) >= (int)sizeof d->root - 8)
+    return st_error_set(err, ST_EINVAL, "%s: path too long", base);
+  if (!mkdtemp(d->root))
+    return st_error_errno(err, errno, "mkdtemp %s", d->root);
+  snprintf(d->lower, sizeof d->lower, "%s/lower", d->root);
+  snprintf(d->upper, sizeof d->upper, "%s/upper", d->root);
+  snprintf(d->work, sizeof d->work, "%s/work", d->root);
+  snprintf(d->merged, sizeof d->merged, "%s/merged", d->root);
+  return ST_OK;
+}
+
+/* Makes upper/work/merged and prepares lower for an overlay run: bwrap's
+ * mount points exist in lower, and upper (the root of the merged tree) has
+ * the metadata of the composed root. */
+static int overlay_prepare(const struct run_dirs *d, const st_layer_index *tree, st_error *err) {
+  const char *dirs[] = {d->upper, d->work, d->merged};
+  for (size_t i = 0; i < ST_ARRAY_SIZE(dirs); i++)
+    if (mkdir(dirs[i], 0755) < 0)
+      return st_error_errno(err, errno, "mkdir %s", dirs[i]);
+  static const char *const mounts[] = {"proc", "dev", "tmp"};
+  for (size_t i = 0; i < ST_ARRAY_SIZE(mounts); i++) {
+    char p[PATH_MAX + 8];
+    snprintf(p, sizeof p, "%s/%s", d->lower, mounts[i]);
+    struct stat st;
+    if (lstat(p, &st) < 0 && mkdir(p, 0755) < 0)
+      return st_error_errno(err, errno, "mkdir %s", p);
   }
-  if (rc == ST_OK)
-    rc = st_compose(c->s, all, li + 1, &with_sources, err);
+  const st_entry *r = st_layer_index_find(tree, "");
+  if (r && (lchown(d->upper, r->uid, r->gid) < 0 || chmod(d->upper, r->mode & 07777) < 0))
+    return st_error_errno(err, errno, "%s", d->upper);
+  return ST_OK;
+}
+
+static bool overlay_wanted(void) {
+  const char *v = getenv("STRATA_RUN_OVERLAY");
+  return !v || strcmp(v, "0");
+}
+
+/* Runs the commands over tree (unpacked in d->lower): with an overlay when
+ * it can be mounted, else directly in d->lower. *overlay tells which. */
+static int run_commands(struct ctx *c, size_t li, const struct run_dirs *d,
+                        const st_layer_index *tree, bool *overlay, st_error *err) {
+  const st_recipe_layer *l = &c->ri->layers[li];
+  _cleanup_free_ st_kv *env = calloc(c->ri->n_env + 1, sizeof *env);
+  if (!env)
+    return st_error_set(err, ST_ENOMEM, "out of memory");
+  for (size_t i = 0; i < c->ri->n_env; i++)
+    env[i] = (st_kv){c->ri->env[i].key, c->ri->env[i].value};
+  void *ud[2] = {c, l->name};
+  *overlay = false;
+  if (overlay_wanted()) {
+    int rc = overlay_prepare(d, tree, err);
+    if (rc < 0)
+      return rc;
+    st_run_overlay ov = {d->lower, d->upper, d->work, d->merged};
+    rc = st_run_commands_overlay(&ov, l->runs, l->n_runs, env, c->ri->n_env, log_line, ud, err);
+    if (rc != ST_EUNSUPPORTED) {
+      *overlay = true;
+      return rc;
+    }
+    /* nothing ran: no right to mount here */
+    st_debug("layer '%s': %s; running on the whole tree", l->name, err->msg);
+  }
+  return st_run_commands(d->lower, l->runs, l->n_runs, env, c->ri->n_env, log_line, ud, err);
+}
+
+/* Unpacks the layers below plus this layer's sources (in memory, never
+ * stored) into a scratch directory, runs the commands there and stores the
+ * layer of everything that then differs from the layers below. With an
+ * overlay only what the commands changed (its upper directory) is packed;
+ * without one, the whole tree. */
+static int run_steps(struct ctx *c, size_t li, st_layer_index *below, st_layer_index *sources,
+                     st_digest *out, uint64_t *bytes_new, st_error *err) {
+  const st_recipe_layer *l = &c->ri->layers[li];
+  struct run_dirs d;
+  int rc = run_dirs_make(&d, c->o->tmpdir ? c->o->tmpdir : getenv("TMPDIR"), err);
+  if (rc < 0)
+    return st_error_prefix(err, "layer '%s'", l->name);
+  st_layer_index *tree = NULL, *changed = NULL, *after = NULL, *delta_idx = NULL;
+  st_layer_index *pair[2] = {below, sources};
+  rc = below ? st_compose_indexes(pair, 2, &tree, err) : st_compose_indexes(pair + 1, 1, &tree, err);
   st_unpack_opts uo = st_unpack_opts_default();
   uo.threads = c->o->threads;
   if (rc == ST_OK)
-    rc = st_layer_unpack(c->s, with_sources, tree, &uo, NULL, err);
-  st_kv *env = calloc(c->ri->n_env + 1, sizeof *env);
-  for (size_t i = 0; env && i < c->ri->n_env; i++)
-    env[i] = (st_kv){c->ri->env[i].key, c->ri->env[i].value};
-  void *ud[2] = {c, l->name};
+    rc = st_layer_unpack(c->s, tree, d.lower, &uo, NULL, err);
+  bool overlay = false;
   if (rc == ST_OK)
-    rc = env ? st_run_commands(tree, l->runs, l->n_runs, env, c->ri->n_env, log_line, ud, err)
-             : st_error_set(err, ST_ENOMEM, "out of memory");
-  free(env);
+    rc = run_commands(c, li, &d, tree, &overlay, err);
+  st_layer_writer *w = NULL;
   if (rc == ST_OK)
     rc = st_layer_writer_new(&w, c->s, c->o->threads, err);
-  st_pack_opts po = {.mtime = c->o->mtime};
+  st_pack_opts po = {.mtime = c->o->mtime, .overlay_upper = overlay};
   if (rc == ST_OK)
-    rc = st_layer_pack_dir(w, tree, &po, err);
-  st_digest tmp;
+    rc = st_layer_pack_dir(w, overlay ? d.upper : d.lower, &po, err);
   if (rc == ST_OK)
-    rc = st_layer_writer_finish(w, &tmp, &after, err);
+    rc = st_layer_writer_finish(w, NULL, &changed, err);
   if (rc == ST_OK) /* what the commands wrote adds to what the sources did */
     *bytes_new += st_layer_writer_stats(w)->bytes_new_stored;
-  if (rc == ST_OK)
-    rc = delta(lower, after, c->o->mtime, &d, err);
-  if (rc == ST_OK)
-    rc = st_layer_index_save(c->s, d, out, err);
   st_layer_writer_free(w);
-  st_layer_index_free(lower);
-  st_layer_index_free(with_sources);
+  st_layer_index *upper[2] = {tree, changed};
+  if (rc == ST_OK && overlay)
+    rc = st_compose_indexes(upper, 2, &after, err);
+  else if (rc == ST_OK)
+    after = ST_TAKE_PTR(changed);
+  st_layer_index *empty = NULL;
+  if (rc == ST_OK && !below && !(below = empty = st_layer_index_new(st_layer_index_chunking(after))))
+    rc = st_error_set(err, ST_ENOMEM, "out of memory");
+  if (rc == ST_OK)
+    rc = delta(below, after, c->o->mtime, &delta_idx, err);
+  if (rc == ST_OK)
+    rc = st_layer_index_save(c->s, delta_idx, out, err);
+  st_layer_index_free(empty);
+  st_layer_index_free(tree);
+  st_layer_index_free(changed);
   st_layer_index_free(after);
-  st_layer_index_free(d);
-  free(all);
-  st_remove_tree(AT_FDCWD, root, NULL);
+  st_layer_index_free(delta_idx);
+  st_remove_tree(AT_FDCWD, d.root, NULL);
   return rc < 0 ? st_error_prefix(err, "layer '%s'", l->name) : ST_OK;
 }
 
@@ -521,17 +589,18 @@ static int build_layer(struct ctx *c, size_t li, struct inputs *in, st_digest *o
   for (size_t i = 0; i < n_controls; i++)
     free(controls[i]);
   free(controls);
-  st_digest sources_layer;
+  /* With run steps the sources alone are not the layer: their index stays
+   * in memory (their chunks are stored). */
+  st_layer_index *sources = NULL;
   if (rc == ST_OK)
-    rc = st_layer_writer_finish(w, &sources_layer, NULL, err);
+    rc = st_layer_writer_finish(w, l->n_runs ? NULL : out, l->n_runs ? &sources : NULL, err);
   if (rc == ST_OK)
     *bytes_new = st_layer_writer_stats(w)->bytes_new_stored;
   st_layer_writer_free(w);
-  st_layer_index_free(below);
   if (rc == ST_OK && l->n_runs)
-    return run_steps(c, li, &sources_layer, out, bytes_new, err);
-  if (rc == ST_OK)
-    *out = sources_layer;
+    rc = run_steps(c, li, below, sources, out, bytes_new, err);
+  st_layer_index_free(sources);
+  st_layer_index_free(below);
   return rc;
 }
 

@@ -21,3 +21,23 @@ typedef void (*st_run_log_fn)(const char *line, void *ud);
  * if missing and removed again afterwards when still empty. */
 int st_run_commands(const char *root, char *const *cmds, size_t n, const st_kv *env,
                     size_t n_env, st_run_log_fn log, void *ud, st_error *err);
+
+/* The directories of an overlay run (absolute paths, no ',' ':' '\\' or
+ * '='; upper and work empty directories on the same file system; merged an
+ * empty directory). lower must already hold the mount points bwrap needs
+ * (proc, dev, tmp), so that mounting them changes nothing in upper. */
+typedef struct {
+  const char *lower, *upper, *work, *merged;
+} st_run_overlay;
+
+/* As st_run_commands, with "/" an overlay of upper over lower mounted at
+ * merged in a private mount namespace of each command: lower is never
+ * written, and upper ends up with everything the commands created or
+ * changed (whole files and directories), whiteouts (0:0 character devices)
+ * for what they deleted and directories marked opaque (trusted.overlay.
+ * opaque "y") where they replaced a lower directory. Needs the right to
+ * mount (CAP_SYS_ADMIN): without it ST_EUNSUPPORTED "cannot mount the
+ * overlay" before any command has run. */
+int st_run_commands_overlay(const st_run_overlay *ov, char *const *cmds, size_t n,
+                            const st_kv *env, size_t n_env, st_run_log_fn log, void *ud,
+                            st_error *err);

@@ -459,7 +459,11 @@ int st_layer_writer_finish(st_layer_writer *w, st_digest *digest_out, st_layer_i
     return rc;
   if ((rc = st_layer_index_normalize(w->idx, &w->dir_defaults, w->lower, err)) < 0)
     return rc;
-  if ((rc = st_layer_index_save(w->store, w->idx, digest_out, err)) < 0)
+  if (digest_out)
+    rc = st_layer_index_save(w->store, w->idx, digest_out, err);
+  else /* kept in memory only: check what save would have checked */
+    rc = st_layer_index_validate(w->idx, err);
+  if (rc < 0)
     return rc;
   if (index_out) {
     *index_out = w->idx;

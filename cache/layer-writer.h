@@ -65,7 +65,10 @@ void st_layer_writer_set_lower(st_layer_writer *w, const st_layer_index *lower);
  * store. Entries of the same path: the last added wins. Missing parent
  * directories are added (see set_dir_defaults).
  * digest_out gets the layer digest; index_out (nullable) the index
- * (owned by caller). After a failure nothing references the partial layer. */
+ * (owned by caller). With digest_out NULL the index is validated but not
+ * stored (an intermediate tree that only index_out, then required, keeps;
+ * its chunks are stored). After a failure nothing references the partial
+ * layer. */
 int st_layer_writer_finish(st_layer_writer *w, st_digest *digest_out, st_layer_index **index_out,
                            st_error *err);
 
@@ -85,6 +88,11 @@ typedef struct {
                           (checked with st_path_check); NULL or "" = the root */
   st_progress_fn progress; /* nullable */
   void *progress_ud;
+  int overlay_upper;   /* dir is an overlayfs upper directory: a 0:0
+                          character device is a whiteout, a directory whose
+                          trusted.overlay.opaque (user.overlay.opaque when
+                          mounted with userxattr) is "y" is opaque, and the
+                          overlay's own *.overlay.* xattrs are not recorded */
 } st_pack_opts;
 
 /* Walks dir (not following symlinks) and adds every entry to w: regular

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -100,8 +101,27 @@ static int xattr_cmp(const void *a, const void *b) {
   return strcmp(((const st_xattr *)a)->name, ((const st_xattr *)b)->name);
 }
 
-/* Reads the xattrs of root/rel (not following symlinks) into e. */
-static int read_xattrs(st_entry *e, const char *root, const char *rel, st_error *err) {
+/* overlayfs keeps its bookkeeping (opaque, origin, impure, ...) in
+ * trusted.overlay.* or, mounted with userxattr, user.overlay.* */
+static bool is_overlay_xattr(const char *name) {
+  return !strncmp(name, "trusted.overlay.", 16) || !strncmp(name, "user.overlay.", 13);
+}
+
+/* An overlay upper directory marks a directory opaque with "y". */
+static bool overlay_opaque(const char *full) {
+  static const char *const names[] = {"trusted.overlay.opaque", "user.overlay.opaque"};
+  for (size_t i = 0; i < ST_ARRAY_SIZE(names); i++) {
+    char v[2];
+    if (lgetxattr(full, names[i], v, sizeof v) == 1 && v[0] == 'y')
+      return true;
+  }
+  return false;
+}
+
+/* Reads the xattrs of root/rel (not following symlinks) into e; with
+ * overlay, not the overlay's own. */
+static int read_xattrs(st_entry *e, const char *root, const char *rel, bool overlay,
+                       st_error *err) {
   char full[PATH_MAX];
   snprintf(full, sizeof full, "%s/%s", root, rel);
   char names[64 * 1024];
@@ -121,6 +141,8 @@ static int read_xattrs(st_entry *e, const char *root, const char *rel, st_error 
     return st_error_set(err, ST_ENOMEM, "out of memory");
   for (ssize_t off = 0; off < n; off += (ssize_t)strlen(names + off) + 1) {
     const char *name = names + off;
+    if (overlay && is_overlay_xattr(name))
+      continue;
     uint8_t value[ST_XATTR_MAX];
     ssize_t vl = lgetxattr(full, name, value, sizeof value);
     if (vl < 0) {
@@ -168,6 +190,12 @@ static int add_node_entry(st_layer_writer *w, int rootfd, const char *root, stru
   const struct node *nd = &wk->nodes[i];
   const struct stat *st = &nd->st;
   const char *shown = *nd->path ? nd->path : ".";
+  if (opts->overlay_upper && S_ISCHR(st->st_mode) && st->st_rdev == makedev(0, 0)) {
+    st_entry e = {.type = ST_ENTRY_WHITEOUT, .mtime = opts->mtime};
+    if (!(e.path = layer_path(opts, nd->path)))
+      return st_error_set(err, ST_ENOMEM, "out of memory");
+    return st_layer_writer_add(w, &e, err);
+  }
   if (!S_ISREG(st->st_mode) && !S_ISDIR(st->st_mode) && !S_ISLNK(st->st_mode)) {
     st_warn("skipping %s/%s: %s are not supported in layers", root, nd->path,
             S_ISFIFO(st->st_mode) ? "FIFOs" : S_ISSOCK(st->st_mode) ? "sockets" : "device nodes");
@@ -183,13 +211,18 @@ static int add_node_entry(st_layer_writer *w, int rootfd, const char *root, stru
   e.path = layer_path(opts, nd->path);
   if (!e.path)
     return st_error_set(err, ST_ENOMEM, "out of memory");
-  int rc = read_xattrs(&e, root, nd->path, err);
+  int rc = read_xattrs(&e, root, nd->path, opts->overlay_upper, err);
   if (rc < 0) {
     st_entry_clear(&e);
     return rc;
   }
   if (S_ISDIR(st->st_mode)) {
     e.type = ST_ENTRY_DIR;
+    if (opts->overlay_upper && *nd->path) {
+      char full[PATH_MAX];
+      snprintf(full, sizeof full, "%s/%s", root, nd->path);
+      e.opaque = overlay_opaque(full);
+    }
     return st_layer_writer_add(w, &e, err);
   }
   if (S_ISLNK(st->st_mode)) {

@@ -5,7 +5,11 @@
 # config.env is the environment, there is no network, a failing command
 # fails the build naming the layer, the command and the status and tags
 # nothing, the command's output shows in the build output, the sandbox
-# leaves nothing behind, and a run layer is cached and reproducible.
+# leaves nothing behind, and a run layer is cached and reproducible. The
+# commands run over an overlay (only what they change is packed); the same
+# recipe run on the whole unpacked tree (STRATA_RUN_OVERLAY=0, the path taken
+# where mounts are not allowed) gives the same image. No index is stored that
+# no image or build key names, and a failing build stores nothing.
 . "$(dirname "$0")/lib.sh"
 need_root
 command -v bwrap >/dev/null || skip "bwrap not installed"
@@ -34,6 +38,11 @@ mkdir -p base/was-dir/sub base/private
 printf 'y\n' >base/was-dir/sub/file
 printf 'z\n' >base/was-dir/top
 printf 'f\n' >base/was-file
+mkdir -p base/data/keep extra/sub
+printf 'o1\n' >base/data/keep/old1
+printf 'o2\n' >base/data/keep/old2
+printf 'kept\n' >extra/kept
+printf 's\n' >extra/sub/file
 cat >r.yaml <<'EOF'
 image: runner
 tag: "${v}"
@@ -48,6 +57,8 @@ layers:
     sources:
       - file: ./base/etc/conf
         dest: /etc/from-source
+      - dir: ./extra
+        dest: /opt/extra
     run:
       - "echo line one; echo line two >&2; mkdir -p /made; echo created > /made/new"
       - "echo modified >> /etc/conf; rm /etc/doomed; rm -r /data/old"
@@ -59,14 +70,30 @@ layers:
       - "rm /was-file && mkdir /was-file && echo inner > /was-file/inner"
       - "echo linked > /h1 && ln /h1 /h2 && ln -s h1 /sym"
       - "chmod 0700 /private"
+      - "rm -r /data/keep && mkdir /data/keep && echo n > /data/keep/n"
+      - "rm -r /opt/extra/sub && echo changed >> /opt/extra/kept"
 config:
   env: {FOO: "bar baz", PATH: "/bin:/usr/bin"}
 EOF
 S=$T/store
 export TMPDIR=$T/tmp
 mkdir -p "$TMPDIR"
-expect_ok st "$S" build r.yaml
+# every layer index in store $1 is a layer of one of the images $2...
+assert_indexes_of_images() {
+  local store=$1 i
+  shift
+  find "$store/indexes" -type f -printf 'sha256:%f\n' | sort >"$T/indexes"
+  for i in "$@"; do
+    st "$store" inspect "$i" | grep -oE 'sha256:[0-9a-f]{64}' || true
+  done | sort -u >"$T/referenced"
+  comm -23 "$T/indexes" "$T/referenced" >"$T/orphans"
+  [ ! -s "$T/orphans" ] || fail "indexes no image refers to: $(cat "$T/orphans")"
+}
+STRATA_LOG=debug expect_ok st "$S" build r.yaml
 grep -qE '^  \[2/2\] work +built ' "$T/out" || fail "work not built: $(cat "$T/out")"
+grep -q 'run (overlay): ' "$T/err" || fail "the commands did not run over an overlay"
+assert_indexes_of_images "$S" runner:one
+[ "$(wc -l <"$T/indexes")" -eq 2 ] || fail "indexes after the first build: $(cat "$T/indexes")"
 grep -q 'line one' "$T/err" || fail "stdout of the command not in the build output: $(cat "$T/err")"
 grep -q 'line two' "$T/err" || fail "stderr of the command not in the build output: $(cat "$T/err")"
 grep -q 'work.*line one' "$T/err" || fail "command output not attributed to the layer"
@@ -92,6 +119,9 @@ printf 'original\nmodified\n' | cmp -s - "$E/etc/conf" || fail "modified file: $
 [ "$(stat -c %i "$E/h1")" = "$(stat -c %i "$E/h2")" ] || fail "hardlink made by run not kept"
 [ "$(cat "$E/h2")" = linked ] && [ "$(readlink "$E/sym")" = h1 ] || fail "hardlink/symlink made by run"
 [ "$(stat -c %a "$E/private")" = 700 ] || fail "chmod of a lower directory lost"
+[ "$(ls "$E/data/keep")" = n ] || fail "directory replaced by a new one: $(ls "$E/data/keep")"
+[ ! -e "$E/opt/extra/sub" ] || fail "a source directory removed by run is still there"
+printf 'kept\nchanged\n' | cmp -s - "$E/opt/extra/kept" || fail "source file changed by run"
 # no network: only the loopback device
 ifaces=$(tail -n +3 "$E/netdev" | cut -d: -f1 | tr -d ' ' | sort | tr '\n' ' ')
 [ "$ifaces" = "lo " ] || fail "network devices in the sandbox: '$ifaces'"
@@ -115,7 +145,10 @@ grep -qE ' /made/new$' "$T/work.ls" || fail "created file not in the layer"
 grep -qE ' /etc/untouched$' "$T/work.ls" && fail "an unchanged lower file was copied into the layer"
 grep -qE ' /bin/' "$T/work.ls" && fail "unchanged binaries copied into the layer"
 grep -qE ' /etc/from-source' "$T/work.ls" && fail "a source file removed by run is in the layer"
-[ "$(grep -c '(whiteout)' "$T/work.ls")" -eq 2 ] || fail "whiteouts: $(grep whiteout "$T/work.ls")"
+grep -qE ' /opt/extra/sub' "$T/work.ls" && fail "a source dir removed by run is in the layer"
+grep -qE ' /data/keep/old1 \(whiteout\)$' "$T/work.ls" || fail "no whiteout in a replaced directory"
+grep -qE ' /data/keep/n$' "$T/work.ls" || fail "new file of a replaced directory"
+[ "$(grep -c '(whiteout)' "$T/work.ls")" -eq 4 ] || fail "whiteouts: $(grep whiteout "$T/work.ls")"
 
 # --- cached, and reproducible in a fresh store ---
 expect_ok st "$S" build r.yaml
@@ -124,6 +157,11 @@ grep -q 'line one' "$T/err" && fail "a cached run step ran again"
 grep -qx "runner:one $img" "$T/out" || fail "rebuild changed the image"
 expect_ok st "$T/store2" build r.yaml
 grep -qx "runner:one $img" "$T/out" || fail "run layer not reproducible: $(cat "$T/out")"
+# the same layer when the commands run on the whole tree, without an overlay
+STRATA_RUN_OVERLAY=0 STRATA_LOG=debug expect_ok st "$T/store3" build r.yaml
+grep -q 'run (overlay): ' "$T/err" && fail "STRATA_RUN_OVERLAY=0 still used an overlay"
+grep -qx "runner:one $img" "$T/out" || fail "overlay and whole-tree runs differ: $(cat "$T/out")"
+assert_indexes_of_images "$T/store3" runner:one
 # the environment is part of a run layer's key
 sed -i 's/FOO: "bar baz"/FOO: "other"/' r.yaml
 expect_ok st "$S" build r.yaml
@@ -145,6 +183,8 @@ layers:
       - "echo about to fail; exit 3"
       - "echo never > /never"
 EOF
+S=$T/store-fail
+expect_ok st "$S" build r.yaml
 expect_fail 1 "layer 'broken'.*'echo about to fail; exit 3'.*status 3" st "$S" build fail.yaml
 grep -q 'about to fail' "$T/err" || fail "output of the failing command not shown"
 grep -q 'never' "$T/err" && fail "a command after the failing one ran"
@@ -158,5 +198,10 @@ expect_fail 1 "not found" st "$S" inspect failer:latest
 # a command that does not exist
 sed -i 's/kill -9 .*"/no-such-command-xyz"/' fail.yaml
 expect_fail 1 "layer 'broken'.*no-such-command-xyz.*status 127" st "$S" build fail.yaml
+# the failed layer stored no index: only runner:one's and the root of fail.yaml
+expect_ok st "$S" plan fail.yaml
+grep -qE '^  \[1/2\] root .* cached$' "$T/out" || fail "fail.yaml's root layer not cached: $(cat "$T/out")"
+grep -qE '^  \[2/2\] broken .* to build$' "$T/out" || fail "failed layer recorded: $(cat "$T/out")"
+[ "$(find "$S/indexes" -type f | wc -l)" -eq 3 ] || fail "indexes after failed builds: $(find "$S/indexes" -type f)"
 expect_ok st "$S" store fsck
 echo PASS
