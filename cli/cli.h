@@ -6,6 +6,7 @@
 #include <getopt.h>
 #include <stdbool.h>
 
+#include "client.h"
 #include "error.h"
 #include "store.h"
 
@@ -65,3 +66,28 @@ int cmd_inspect(cli_ctx *ctx, int argc, char **argv);
 int cmd_tag(cli_ctx *ctx, int argc, char **argv);
 int cmd_rmi(cli_ctx *ctx, int argc, char **argv);
 int cmd_export(cli_ctx *ctx, int argc, char **argv);
+
+/* Client options of commands that talk to a server (push, pull, submit):
+ * put CLI_REMOTE_LONGOPTS in the option table and pass cli_remote_opt to
+ * the option parser; cli_remote_open then makes the client (the token comes
+ * from --token, else $STRATA_TOKEN). */
+typedef struct {
+  const char *server, *token, *tls_ca, *tls_cert, *tls_key, *tls_server_name;
+  double deadline; /* seconds per call; 0: the client default */
+  unsigned streams;
+} cli_remote_opts;
+#define CLI_REMOTE_LONGOPTS                                                                         \
+  {"server", required_argument, NULL, 1000}, {"token", required_argument, NULL, 1001},            \
+      {"tls-ca", required_argument, NULL, 1002}, {"tls-cert", required_argument, NULL, 1003},     \
+      {"tls-key", required_argument, NULL, 1004},                                                 \
+      {"tls-server-name", required_argument, NULL, 1005},                                         \
+      {"deadline", required_argument, NULL, 1006}, {"streams", required_argument, NULL, 1007}
+/* 0 handled, 1 not a remote option, -1 bad value (message printed). */
+int cli_remote_opt(cli_remote_opts *o, int c, const char *arg);
+/* Opens the client; prints the error and returns CLI_EXIT_FAIL/USAGE. */
+int cli_remote_open(const cli_remote_opts *o, const char *usage, st_client **out);
+
+int cmd_serve(cli_ctx *ctx, int argc, char **argv);
+int cmd_push(cli_ctx *ctx, int argc, char **argv);
+int cmd_pull(cli_ctx *ctx, int argc, char **argv);
+int cmd_token(cli_ctx *ctx, int argc, char **argv);

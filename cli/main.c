@@ -21,6 +21,9 @@ static const char usage[] =
     "  tag IMAGE NAME:TAG           add a tag\n"
     "  rmi NAME:TAG...              remove tags\n"
     "  export IMAGE DIR             write the composed root file system\n"
+    "  serve [--listen ADDR]        run the gRPC server on the store (docs/API.md)\n"
+    "  push|pull IMAGE --server A   send or fetch an image, only the missing chunks\n"
+    "  token add FILE NAME ROLE     create a server token (printed once, stored hashed)\n"
     "  version                      print the version\n"
     "\n"
     "Every command takes --store DIR (default: $STRATA_STORE, else a per-user\n"
@@ -75,6 +78,14 @@ int main(int argc, char **argv) {
     rc = cmd_rmi(&ctx, argc - i, argv + i);
   else if (!strcmp(cmd, "export"))
     rc = cmd_export(&ctx, argc - i, argv + i);
+  else if (!strcmp(cmd, "serve"))
+    rc = cmd_serve(&ctx, argc - i, argv + i);
+  else if (!strcmp(cmd, "push"))
+    rc = cmd_push(&ctx, argc - i, argv + i);
+  else if (!strcmp(cmd, "pull"))
+    rc = cmd_pull(&ctx, argc - i, argv + i);
+  else if (!strcmp(cmd, "token"))
+    rc = cmd_token(&ctx, argc - i, argv + i);
   else if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
     printf("strata %s\n", STRATA_VERSION);
     rc = CLI_EXIT_OK;

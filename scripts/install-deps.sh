@@ -11,6 +11,8 @@ PACKAGES=(
   libzstd-dev libarchive-dev libssl-dev libprotobuf-c-dev protobuf-c-compiler libyaml-dev
   # run steps and environments are sandboxed with bubblewrap
   bubblewrap
+  # gRPC server and client; the independent Python client of the tests; TLS test certificates
+  libgrpc-dev protobuf-compiler protobuf-compiler-grpc python3-grpcio python3-protobuf openssl
   # tests: archives and Debian packages as inputs, xattrs, valgrind
   libcmocka-dev valgrind attr zstd xz-utils bzip2 python3 util-linux procps dpkg-dev
   coreutils findutils diffutils binutils tar gzip

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The strata gRPC client (library strata_client, meson `client_dep`): open a
+ * channel to `strata serve`, resolve tags, pull an image into a local store
+ * and push one from it, fetching or sending only the chunks the other side
+ * lacks, over parallel streams. Thread-safe: one st_client may be used by
+ * several threads at once. Every function returns ST_OK or a negative ST_E*
+ * code with a one-line message in err naming the server, e.g.
+ *   ST_EUNAVAIL  server unreachable, or TLS on one side only / TLS handshake failed
+ *   ST_EAUTH     token missing or unknown (UNAUTHENTICATED)
+ *   ST_EPERM     the token's role may not do this (PERMISSION_DENIED)
+ *   ST_ETIMEOUT  the per-call deadline passed
+ *   ST_ENOENT    image, tag or object not found on the server
+ *   ST_EINVAL / ST_ECORRUPT / ST_ELIMIT  bad input, data failing verification, size limits
+ * gRPC status codes map to these as st_client_code_from_status() says. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cleanup.h"
+#include "digest.h"
+#include "error.h"
+#include "store.h"
+
+typedef struct st_client st_client;
+
+typedef struct {
+  const char *target;          /* "127.0.0.1:7070" (required) */
+  const char *token;           /* bearer token (nullable: none) */
+  const char *tls_ca;          /* PEM file of the CA to trust; non-NULL enables TLS */
+  const char *tls_cert;        /* client certificate and key for mTLS (nullable) */
+  const char *tls_key;
+  const char *tls_server_name; /* nullable: check the server certificate for this name */
+  double deadline_seconds;     /* per call (a whole stream is one call); 0: 600 */
+} st_client_config;
+
+/* Creates the channel (no I/O yet: an unreachable server shows on the first
+ * call). Strings are copied. ST_EINVAL / ST_EIO for unreadable TLS files.
+ * *out written only on success; free with st_client_free. */
+int st_client_open(st_client **out, const st_client_config *cfg, st_error *err);
+/* NULL is a no-op. */
+void st_client_free(st_client *c);
+ST_DEFINE_FREEP(st_client, st_client_free)
+
+typedef struct {
+  char version[64];
+  uint32_t chunk_min, chunk_avg, chunk_max;
+  uint32_t max_message_bytes, max_batch_bytes, max_batch_digests;
+  bool auth_required;
+} st_client_caps;
+
+/* Capabilities.GetCapabilities; a cheap way to check connectivity and auth. */
+int st_client_capabilities(st_client *c, st_client_caps *out, st_error *err);
+
+/* Images.Resolve: "name:tag" or "sha256:<hex>" to the image digest.
+ * ST_ENOENT when the server has no such image. */
+int st_client_resolve(st_client *c, const char *ref, st_digest *out, st_error *err);
+
+/* Images.Tag on the server (role push). */
+int st_client_tag(st_client *c, const char *name, const char *tag, const st_digest *image,
+                  st_error *err);
+
+typedef struct {
+  uint64_t chunks_total;   /* distinct chunks the image references */
+  uint64_t chunks_moved;   /* chunks transferred (fetched or sent) */
+  uint64_t chunks_present; /* chunks the receiving side already had */
+  uint64_t bytes_moved;    /* compressed frame bytes transferred (chunks + blobs) */
+  uint64_t chunk_bytes_moved;   /* uncompressed bytes of the moved chunks */
+  uint64_t chunk_bytes_present; /* uncompressed bytes of the chunks already there */
+  uint64_t layers_total, layers_moved;
+  double seconds;
+} st_transfer_stats;
+
+/* Pulls image `ref` ("name:tag" or "sha256:<hex>") from the server into
+ * store: the manifest, the layer indexes store lacks, then only the chunks
+ * store lacks over `streams` parallel Cas.Read streams (0: 4). Every object
+ * is verified before it is stored; chunks are flushed before the indexes,
+ * the indexes before the manifest, and a name:tag ref is tagged locally last,
+ * so a failure leaves no image that names missing objects. image_out and
+ * stats are nullable; stats are written also on failure. */
+int st_client_pull(st_client *c, st_store *store, const char *ref, unsigned streams,
+                   st_digest *image_out, st_transfer_stats *stats, st_error *err);
+
+/* Pushes local image `ref` to the server: FindMissing, the missing chunks
+ * over `streams` parallel Cas.Write streams, the indexes and manifest the
+ * server lacks (PutBlob), then Images.Tag for a name:tag ref (role push). A
+ * push that broke off resumes: only what the server still lacks is sent. */
+int st_client_push(st_client *c, st_store *store, const char *ref, unsigned streams,
+                   st_digest *image_out, st_transfer_stats *stats, st_error *err);
+
+/* The ST_E* code for a grpc_status_code. */
+int st_client_code_from_status(int status);
