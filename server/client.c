@@ -81,7 +81,7 @@ static grpc_channel_credentials *make_creds(const st_client_config *cfg, st_erro
 }
 
 int st_client_open(st_client **out, const st_client_config *cfg, st_error *err) {
-  setenv("GRPC_POLL_STRATEGY", "poll", 1);
+  setenv("GRPC_POLL_STRATEGY", "poll", 0);
   if (!cfg->target || !*cfg->target)
     return st_error_set(err, ST_EINVAL, "no server address");
   grpc_init();

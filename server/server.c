@@ -39,7 +39,7 @@ struct worker {
   st_server *srv;
   grpc_completion_queue *cq;
   pthread_t thread;
-  bool started;
+  bool started, ran;
   char request_tag;
   grpc_call *call;
   grpc_call_details details;
@@ -73,6 +73,7 @@ struct st_server {
   uint64_t counter_values[MAX_COUNTERS];
   size_t n_counters;
   atomic_bool stopping;
+  atomic_bool shutdown_done; /* no call is left: workers may shut their queues */
   bool started, stopped;
   double started_at;
 };
@@ -366,23 +367,37 @@ static bool post_request(struct worker *w) {
   return true;
 }
 
+/* A worker shuts down its own queue, once the server has no call left and
+ * the worker is outside serve_call: only it starts batches on that queue. */
 static void *worker_main(void *arg) {
   struct worker *w = arg;
-  bool posted = post_request(w);
+  st_server *srv = w->srv;
+  bool posted = post_request(w), shut = false;
   for (;;) {
-    grpc_event ev = grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    gpr_timespec deadline =
+        atomic_load(&srv->stopping)
+            ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(50, GPR_TIMESPAN))
+            : gpr_inf_future(GPR_CLOCK_REALTIME);
+    grpc_event ev = grpc_completion_queue_next(w->cq, deadline, NULL);
     if (ev.type == GRPC_QUEUE_SHUTDOWN)
       break;
+    if (ev.type == GRPC_QUEUE_TIMEOUT) {
+      if (!shut && atomic_load(&srv->shutdown_done)) {
+        grpc_completion_queue_shutdown(w->cq);
+        shut = true;
+      }
+      continue;
+    }
     if (ev.tag != &w->request_tag || !posted)
       continue;
     posted = false;
-    if (ev.success && w->call)
+    if (ev.success && w->call && !shut && !atomic_load(&srv->shutdown_done))
       serve_call(w);
     else if (w->call)
       grpc_call_unref(w->call);
     grpc_call_details_destroy(&w->details);
     grpc_metadata_array_destroy(&w->md);
-    if (!atomic_load(&w->srv->stopping))
+    if (!atomic_load(&srv->stopping))
       posted = post_request(w);
   }
   return NULL;
@@ -429,7 +444,7 @@ static int (*const service_registrars[])(st_server *srv, st_error *err) = {
 };
 
 int st_server_new(st_server **out, const st_server_config *cfg, st_error *err) {
-  setenv("GRPC_POLL_STRATEGY", "poll", 1);
+  setenv("GRPC_POLL_STRATEGY", "poll", 0);
   st_server *srv = calloc(1, sizeof *srv);
   if (!srv)
     return st_error_set(err, ST_ENOMEM, "out of memory");
@@ -502,7 +517,7 @@ int st_server_start(st_server *srv, st_error *err) {
       st_server_stop(srv);
       return st_error_set(err, ST_EIO, "cannot start worker threads");
     }
-    srv->workers[i].started = true;
+    srv->workers[i].started = srv->workers[i].ran = true;
   }
   return ST_OK;
 }
@@ -524,8 +539,7 @@ void st_server_stop(st_server *srv) {
     grpc_completion_queue_pluck(srv->shutdown_cq, &tag, gpr_inf_future(GPR_CLOCK_REALTIME),
                                 NULL);
   }
-  for (unsigned i = 0; i < srv->n_workers; i++)
-    grpc_completion_queue_shutdown(srv->workers[i].cq);
+  atomic_store(&srv->shutdown_done, true);
   for (unsigned i = 0; i < srv->n_workers; i++)
     if (srv->workers[i].started) {
       pthread_join(srv->workers[i].thread, NULL);
@@ -550,7 +564,7 @@ void st_server_free(st_server *srv) {
   if (srv->server)
     grpc_server_destroy(srv->server);
   for (unsigned i = 0; srv->workers && i < srv->n_workers; i++) {
-    if (!srv->started)
+    if (!srv->started || !srv->workers[i].ran)
       grpc_completion_queue_shutdown(srv->workers[i].cq);
     while (grpc_completion_queue_next(srv->workers[i].cq, gpr_inf_future(GPR_CLOCK_REALTIME),
                                       NULL).type != GRPC_QUEUE_SHUTDOWN)

@@ -305,6 +305,7 @@ static int recv_blob(st_rpc_call *c, st_kind *k, st_digest *d, uint8_t **frame, 
       return r;
     if (r == 0)
       break;
+    r = ST_OK;
     if (first) {
       first = false;
       if ((r = svc_kind(k, p->kind, err)) == ST_OK && *k == ST_KIND_CHUNK)
