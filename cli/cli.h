@@ -91,3 +91,4 @@ int cmd_serve(cli_ctx *ctx, int argc, char **argv);
 int cmd_push(cli_ctx *ctx, int argc, char **argv);
 int cmd_pull(cli_ctx *ctx, int argc, char **argv);
 int cmd_token(cli_ctx *ctx, int argc, char **argv);
+int cmd_publish(cli_ctx *ctx, int argc, char **argv);

@@ -24,6 +24,7 @@ static const char usage[] =
     "  serve [--listen ADDR]        run the gRPC server on the store (docs/API.md)\n"
     "  push|pull IMAGE --server A   send or fetch an image, only the missing chunks\n"
     "  token add FILE NAME ROLE     create a server token (printed once, stored hashed)\n"
+    "  publish IMAGE --oci DIR[:TAG] | --registry HOST/REPO:TAG   publish as an OCI image\n"
     "  version                      print the version\n"
     "\n"
     "Every command takes --store DIR (default: $STRATA_STORE, else a per-user\n"
@@ -86,6 +87,8 @@ int main(int argc, char **argv) {
     rc = cmd_pull(&ctx, argc - i, argv + i);
   else if (!strcmp(cmd, "token"))
     rc = cmd_token(&ctx, argc - i, argv + i);
+  else if (!strcmp(cmd, "publish"))
+    rc = cmd_publish(&ctx, argc - i, argv + i);
   else if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
     printf("strata %s\n", STRATA_VERSION);
     rc = CLI_EXIT_OK;

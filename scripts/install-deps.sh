@@ -9,6 +9,8 @@ PACKAGES=(
   build-essential meson ninja-build pkg-config
   # libraries (DESIGN.md: libzstd, libarchive, OpenSSL, protobuf-c, libyaml)
   libzstd-dev libarchive-dev libssl-dev libprotobuf-c-dev protobuf-c-compiler libyaml-dev
+  # OCI images: JSON documents, gzip layers, registry HTTP (README: Dependencies)
+  libjansson-dev zlib1g-dev libcurl4-openssl-dev
   # run steps and environments are sandboxed with bubblewrap
   bubblewrap
   # gRPC server and client; the independent Python client of the tests; TLS test certificates
@@ -16,6 +18,8 @@ PACKAGES=(
   # tests: archives and Debian packages as inputs, xattrs, valgrind
   libcmocka-dev valgrind attr zstd xz-utils bzip2 python3 util-linux procps dpkg-dev
   coreutils findutils diffutils binutils tar gzip
+  # tests: the OCI tools that check published images
+  skopeo umoci docker-registry
 )
 if [ "${1:-}" = "--bench" ]; then
   PACKAGES+=(casync ostree zstd tar)

@@ -1,0 +1,180 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* OCI image interop: the image layout, index, manifest and config JSON
+ * (parsed and written with jansson), layer tars made from strata layer
+ * indexes, publishing an image to a layout directory or a registry. The
+ * formats are the OCI image spec v1.1; docs/OCI.md says what strata reads
+ * and writes. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cleanup.h"
+#include "digest.h"
+#include "error.h"
+#include "image.h"
+#include "layer-index.h"
+#include "store.h"
+
+#define ST_OCI_MT_INDEX "application/vnd.oci.image.index.v1+json"
+#define ST_OCI_MT_MANIFEST "application/vnd.oci.image.manifest.v1+json"
+#define ST_OCI_MT_CONFIG "application/vnd.oci.image.config.v1+json"
+#define ST_OCI_MT_LAYER "application/vnd.oci.image.layer.v1.tar"
+#define ST_OCI_MT_LAYER_GZIP "application/vnd.oci.image.layer.v1.tar+gzip"
+#define ST_OCI_MT_LAYER_ZSTD "application/vnd.oci.image.layer.v1.tar+zstd"
+#define ST_DOCKER_MT_MANIFEST "application/vnd.docker.distribution.manifest.v2+json"
+#define ST_DOCKER_MT_CONFIG "application/vnd.docker.container.image.v1+json"
+#define ST_DOCKER_MT_LAYER_GZIP "application/vnd.docker.image.rootfs.diff.tar.gzip"
+#define ST_OCI_REF_NAME "org.opencontainers.image.ref.name"
+
+/* Largest JSON document read (index, manifest, config). */
+#define ST_OCI_JSON_MAX (4u << 20)
+/* Most entries in one list (manifests, layers, env, labels, argv). */
+#define ST_OCI_LIST_MAX 4096
+
+/* A content descriptor. */
+typedef struct {
+  char *media_type; /* owned */
+  st_digest digest; /* sha256 only */
+  uint64_t size;
+  char *ref_name;   /* owned, nullable: annotation org.opencontainers.image.ref.name */
+} st_oci_desc;
+
+typedef struct {
+  st_oci_desc *manifests; /* owned */
+  size_t n;
+} st_oci_index;
+
+typedef struct {
+  char *media_type; /* owned, nullable */
+  st_oci_desc config;
+  st_oci_desc *layers; /* owned, bottom first */
+  size_t n_layers;
+} st_oci_manifest;
+
+/* The parts of an image config strata uses. */
+typedef struct {
+  st_kv *env;       /* owned, in the order given, "K=V" split at the first '=' */
+  size_t n_env;
+  char **entrypoint; /* owned */
+  size_t n_entrypoint;
+  bool has_entrypoint;
+  char **cmd;       /* owned */
+  size_t n_cmd;
+  bool has_cmd;
+  char *workdir;    /* owned, nullable */
+  st_kv *labels;    /* owned, sorted by key */
+  size_t n_labels;
+  st_digest *diff_ids; /* owned */
+  size_t n_diff_ids;
+} st_oci_config;
+
+/* Parsers: data is untrusted JSON of len bytes (no NUL needed). Errors are
+ * ST_EFORMAT with one line naming what is wrong (the caller prefixes the
+ * file or blob); ST_ELIMIT past the limits above. *out written on success. */
+int st_oci_index_parse(st_oci_index **out, const uint8_t *data, size_t len, st_error *err);
+int st_oci_manifest_parse(st_oci_manifest **out, const uint8_t *data, size_t len, st_error *err);
+int st_oci_config_parse(st_oci_config **out, const uint8_t *data, size_t len, st_error *err);
+void st_oci_index_free(st_oci_index *x);
+void st_oci_manifest_free(st_oci_manifest *m);
+void st_oci_config_free(st_oci_config *c);
+ST_DEFINE_FREEP(st_oci_index, st_oci_index_free)
+ST_DEFINE_FREEP(st_oci_manifest, st_oci_manifest_free)
+ST_DEFINE_FREEP(st_oci_config, st_oci_config_free)
+/* True for the layer media types strata reads (tar, +gzip, +zstd, docker's). */
+bool st_oci_layer_type_ok(const char *media_type);
+
+/* Writers: deterministic JSON (sorted keys, compact), *out malloc'd. */
+/* The config of img with the given diff_ids (one per layer). */
+int st_oci_config_json(const st_image *img, const st_digest *diff_ids, char **out, size_t *len,
+                       st_error *err);
+/* A manifest naming config and layers (layer media types as given). */
+int st_oci_manifest_json(const st_oci_desc *config, const st_oci_desc *layers, size_t n,
+                         char **out, size_t *len, st_error *err);
+/* index.json: old (nullable, the current index.json text) with every
+ * manifest tagged `tag` replaced by desc (other entries are kept as they
+ * are); ST_EFORMAT if old is not an image index. */
+int st_oci_index_json(const uint8_t *old, size_t old_len, const st_oci_desc *desc,
+                      char **out, size_t *len, st_error *err);
+
+/* ---- image layout directories ---- */
+
+typedef struct st_oci_layout st_oci_layout;
+/* Opens the layout at path: oci-layout must say version 1.x, index.json is
+ * parsed. Errors name path and the file. */
+int st_oci_layout_open(st_oci_layout **out, const char *path, st_error *err);
+void st_oci_layout_free(st_oci_layout *l);
+ST_DEFINE_FREEP(st_oci_layout, st_oci_layout_free)
+const char *st_oci_layout_path(const st_oci_layout *l);
+/* The manifest descriptor for ref (a ref.name annotation), or with ref NULL
+ * the only manifest. ST_ENOENT for an unknown ref, ST_EINVAL when ref is NULL
+ * and there are several. */
+int st_oci_layout_resolve(const st_oci_layout *l, const char *ref, const st_oci_desc **out,
+                          st_error *err);
+/* Reads a small blob (at most max bytes) and checks its size and digest.
+ * ST_ECORRUPT naming the blob on a mismatch. */
+int st_oci_blob_read(const st_oci_layout *l, const st_oci_desc *d, size_t max, uint8_t **out,
+                     size_t *len, st_error *err);
+/* The path of a blob (malloc'd). */
+char *st_oci_blob_path(const st_oci_layout *l, const st_digest *d);
+/* Resolves ref, reads and parses the manifest and the config. manifest_digest
+ * (nullable) gets the manifest's digest. */
+int st_oci_layout_image(const st_oci_layout *l, const char *ref, st_oci_manifest **m_out,
+                        st_oci_config **c_out, st_digest *manifest_digest, st_error *err);
+
+/* ---- layer tars ---- */
+
+typedef enum { ST_OCI_GZIP = 0, ST_OCI_ZSTD = 1 } st_oci_compression;
+
+typedef struct {
+  st_digest digest;  /* of the compressed blob */
+  st_digest diff_id; /* of the uncompressed tar */
+  uint64_t size;     /* compressed bytes */
+  uint64_t tar_size;
+} st_oci_blob_info;
+
+/* Writes the layer idx as a compressed tar to fd: entries in index order,
+ * directories with a trailing '/', whiteouts as .wh.NAME, opaque directories
+ * followed by DIR/.wh..wh..opq, hardlinks as tar hardlinks, xattrs as PAX
+ * records, owners as numbers, mtimes from the index; gzip without name or
+ * time, so the same layer always gives the same bytes. Contents are read
+ * (and verified) from s. */
+int st_oci_layer_write(st_store *s, const st_layer_index *idx, st_oci_compression c, int fd,
+                       st_oci_blob_info *out, st_error *err);
+
+/* ---- publishing ---- */
+
+typedef struct {
+  st_oci_compression compression;
+  unsigned threads; /* layers made in parallel (0 = one at a time) */
+  bool progress;    /* draw a progress line */
+  /* registry */
+  bool insecure;    /* plain HTTP */
+  const char *user, *password; /* nullable: basic auth */
+  const char *token;           /* nullable: bearer token */
+} st_oci_publish_opts;
+
+typedef struct {
+  st_digest manifest;
+  uint64_t manifest_size;
+  size_t layers;
+  size_t layers_made;      /* layer tars produced (not found in the cache/target) */
+  size_t blobs_uploaded;   /* registry: blobs sent */
+  uint64_t bytes_uploaded; /* registry: blob bytes sent (layers and config) */
+  uint64_t layer_bytes_uploaded;
+  uint64_t bytes_total;    /* compressed size of all layers */
+} st_oci_publish_result;
+
+/* Writes image `ref` of s as manifest `tag` of the layout at dir (created
+ * if missing; other tags are kept). Layer blobs already in the layout are
+ * not written again. */
+int st_oci_publish_layout(st_store *s, const st_image *img, const char *dir, const char *tag,
+                          const st_oci_publish_opts *o, st_oci_publish_result *res,
+                          st_error *err);
+/* Pushes the image to target "HOST[:PORT]/REPO:TAG" over the OCI
+ * distribution API: blobs the registry lacks (HEAD) are uploaded, then the
+ * manifest is put. */
+int st_oci_publish_registry(st_store *s, const st_image *img, const char *target,
+                            const st_oci_publish_opts *o, st_oci_publish_result *res,
+                            st_error *err);
