@@ -42,7 +42,9 @@ static void emit(struct ctx *c, st_build_event *ev) {
 
 /* ---- input digests and the stat cache ---- */
 
-static bool is_file_like(st_source_kind k) { return k != ST_SOURCE_DIR; }
+static bool is_file_like(st_source_kind k) {
+  return k == ST_SOURCE_FILE || k == ST_SOURCE_ARCHIVE || k == ST_SOURCE_DEB;
+}
 
 static void stat_cache_name(char *buf, size_t len, const char *path) {
   st_digest d;
@@ -141,7 +143,15 @@ static int inputs_known(struct ctx *c, const st_recipe_layer *l, struct inputs *
   for (size_t i = 0; i < l->n_sources; i++) {
     const st_recipe_source *src = &l->sources[i];
     for (size_t p = 0; p < src->n_paths; p++, k++) {
-      if (!is_file_like(src->kind)) {
+      if (src->kind == ST_SOURCE_OCI) { /* the manifest digest names every blob */
+        st_oci_config *cfg = NULL;
+        int rc = st_source_oci_config(src->paths[p], src->ref, &cfg, &in->d[k], err);
+        st_oci_config_free(cfg);
+        if (rc < 0)
+          return st_error_prefix(err, "%s:%d:%d: layer '%s'", src->recipe_file, src->loc.line,
+                                 src->loc.col, l->name);
+        in->known[k] = true;
+      } else if (!is_file_like(src->kind)) {
         int rc = st_source_dir_digest(src->paths[p], &in->d[k], err);
         if (rc < 0)
           return rc;
@@ -221,6 +231,7 @@ static int add_sources(struct ctx *c, st_layer_writer *w, const st_recipe_layer 
           .mtime = c->o->mtime,
           .has_mode = src->mode >= 0,
           .mode = src->mode >= 0 ? (uint32_t)src->mode : 0,
+          .threads = c->o->threads,
       };
       const char *path = src->paths[p];
       struct stat before;
@@ -233,6 +244,7 @@ static int add_sources(struct ctx *c, st_layer_writer *w, const st_recipe_layer 
       case ST_SOURCE_DIR: rc = st_source_dir(w, path, &so, err); break;
       case ST_SOURCE_FILE: rc = st_source_file(w, path, &so, err); break;
       case ST_SOURCE_ARCHIVE: rc = st_source_archive(w, path, &so, err); break;
+      case ST_SOURCE_OCI: rc = st_source_oci(w, c->s, path, src->ref, &so, err); break;
       default: rc = st_source_deb(w, path, &so, &control, err); break;
       }
       if (rc == ST_OK && control) {
@@ -672,32 +684,97 @@ static int do_layer(struct ctx *c, size_t li, st_digest *key, bool *key_known, s
   return rc;
 }
 
+/* The config of the last oci source (the base image), nullable. */
+static int base_config(struct ctx *c, st_oci_config **out, st_error *err) {
+  const st_recipe_source *last = NULL;
+  for (size_t i = 0; i < c->ri->n_layers; i++)
+    for (size_t j = 0; j < c->ri->layers[i].n_sources; j++)
+      if (c->ri->layers[i].sources[j].kind == ST_SOURCE_OCI)
+        last = &c->ri->layers[i].sources[j];
+  *out = NULL;
+  if (!last)
+    return ST_OK;
+  int rc = st_source_oci_config(last->paths[0], last->ref, out, NULL, err);
+  return rc < 0 ? st_error_prefix(err, "%s:%d:%d", last->recipe_file, last->loc.line,
+                                  last->loc.col)
+                : ST_OK;
+}
+
+/* Appends the pairs of from whose keys are not in over (sorted), then over's. */
+static int merge_kvs(st_kv **out, size_t *n_out, const st_kv *from, size_t n_from,
+                     const st_recipe_kv *over, size_t n_over) {
+  st_kv *v = calloc(n_from + n_over + 1, sizeof *v);
+  if (!v)
+    return -1;
+  *out = v;
+  size_t n = 0;
+  for (size_t i = 0; i < n_from; i++) {
+    bool dup = false;
+    for (size_t j = 0; j < n_over && !dup; j++)
+      dup = !strcmp(over[j].key, from[i].key);
+    for (size_t j = i + 1; j < n_from && !dup; j++) /* a later base entry wins */
+      dup = !strcmp(from[j].key, from[i].key);
+    if (dup)
+      continue;
+    if (!(v[n].key = strdup(from[i].key)) || !(v[n++].value = strdup(from[i].value))) {
+      *n_out = n;
+      return -1;
+    }
+  }
+  for (size_t j = 0; j < n_over; j++)
+    if (!(v[n].key = strdup(over[j].key)) || !(v[n++].value = strdup(over[j].value))) {
+      *n_out = n;
+      return -1;
+    }
+  *n_out = n;
+  return 0;
+}
+
+/* The recipe's config over the base image's: env and labels merged by name
+ * (the recipe wins), workdir and entrypoint the recipe's when it sets them,
+ * else the base's (its Entrypoint followed by its Cmd: the command the base
+ * image runs). */
+static bool config_fill(st_image *img, const st_recipe_instance *ri, const st_oci_config *base) {
+  static const st_oci_config none = {0};
+  if (!base)
+    base = &none;
+  if (merge_kvs(&img->env, &img->n_env, base->env, base->n_env, ri->env, ri->n_env) < 0 ||
+      merge_kvs(&img->labels, &img->n_labels, base->labels, base->n_labels, ri->labels,
+                ri->n_labels) < 0)
+    return false;
+  bool own = ri->has_entrypoint || ri->n_entrypoint;
+  size_t n = own ? ri->n_entrypoint : base->n_entrypoint + base->n_cmd;
+  img->entrypoint = calloc(n + 1, sizeof *img->entrypoint);
+  if (!img->entrypoint)
+    return false;
+  for (size_t i = 0; i < n; i++, img->n_entrypoint++) {
+    const char *a = own ? ri->entrypoint[i]
+                    : i < base->n_entrypoint ? base->entrypoint[i]
+                                             : base->cmd[i - base->n_entrypoint];
+    if (!(img->entrypoint[i] = strdup(a)))
+      return false;
+  }
+  const char *wd = ri->workdir ? ri->workdir : base->workdir;
+  return !wd || (img->workdir = strdup(wd)) != NULL;
+}
+
 static int make_image(struct ctx *c, st_digest *out, st_error *err) {
   const st_recipe_instance *ri = c->ri;
   _cleanup_(st_image_freep) st_image *img = calloc(1, sizeof *img);
   if (!img)
     return st_error_set(err, ST_ENOMEM, "out of memory");
+  _cleanup_(st_oci_config_freep) st_oci_config *base = NULL;
+  int rc = base_config(c, &base, err);
+  if (rc < 0)
+    return rc;
   img->layers = calloc(ri->n_layers + 1, sizeof *img->layers);
-  img->env = calloc(ri->n_env + 1, sizeof *img->env);
-  img->labels = calloc(ri->n_labels + 1, sizeof *img->labels);
-  img->entrypoint = calloc(ri->n_entrypoint + 1, sizeof *img->entrypoint);
-  bool ok = img->layers && img->env && img->labels && img->entrypoint;
+  bool ok = img->layers != NULL;
   for (size_t i = 0; ok && i < ri->n_layers; i++, img->n_layers++)
     ok = (img->layers[i] = (st_image_layer){c->layers[i], strdup(ri->layers[i].name),
                                             c->sizes[i]}).name != NULL;
-  for (size_t i = 0; ok && i < ri->n_env; i++, img->n_env++)
-    ok = (img->env[i].key = strdup(ri->env[i].key)) &&
-         (img->env[i].value = strdup(ri->env[i].value));
-  for (size_t i = 0; ok && i < ri->n_labels; i++, img->n_labels++)
-    ok = (img->labels[i].key = strdup(ri->labels[i].key)) &&
-         (img->labels[i].value = strdup(ri->labels[i].value));
-  for (size_t i = 0; ok && i < ri->n_entrypoint; i++, img->n_entrypoint++)
-    ok = (img->entrypoint[i] = strdup(ri->entrypoint[i])) != NULL;
-  if (ok && ri->workdir)
-    ok = (img->workdir = strdup(ri->workdir)) != NULL;
-  if (!ok)
+  if (!ok || !config_fill(img, ri, base))
     return st_error_set(err, ST_ENOMEM, "out of memory");
-  int rc = st_image_normalize(img, err);
+  rc = st_image_normalize(img, err);
   if (rc == ST_OK)
     rc = st_image_save(c->s, img, out, err);
   if (rc == ST_OK)

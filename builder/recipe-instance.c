@@ -18,6 +18,7 @@ const char *st_source_kind_name(st_source_kind kind) {
   case ST_SOURCE_ARCHIVE: return "archive";
   case ST_SOURCE_DEB: return "deb";
   case ST_SOURCE_FILE: return "file";
+  case ST_SOURCE_OCI: return "oci";
   }
   return "?";
 }
@@ -40,6 +41,7 @@ static void source_clear(st_recipe_source *s) {
   strv_free(s->paths, s->n_paths);
   strv_free(s->rel_paths, s->n_paths);
   free(s->dest);
+  free(s->ref);
   free(s->recipe_file);
 }
 
@@ -149,7 +151,7 @@ static int stat_input(const st_rsource *rs, const char *abs, st_error *err) {
     return st_rerr(err, code, rs->path.pos, "%s: cannot find '%.200s': %s", kind, abs,
                    strerror(errno));
   }
-  bool want_dir = rs->kind == ST_SOURCE_DIR;
+  bool want_dir = rs->kind == ST_SOURCE_DIR || rs->kind == ST_SOURCE_OCI;
   if (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))
     return st_rerr(err, ST_EFORMAT, rs->path.pos, "%s: '%.200s' is not a %s", kind, abs,
                    want_dir ? "directory" : "regular file");
@@ -276,6 +278,8 @@ static int inst_source(st_recipe_source *s, const st_rsource *rs, const st_cell 
   }
   if (rc == 0)
     rc = source_dest(s, rs, cell, err);
+  if (rc == 0 && rs->ref.s && !(s->ref = strdup(rs->ref.s)))
+    rc = st_room(err);
   s->strip = rs->strip > 0 ? (unsigned)rs->strip : 0;
   s->mode = rs->mode;
   s->owner_source = rs->owner == ST_ROWNER_SOURCE;
@@ -350,6 +354,7 @@ static int inst_config(st_recipe_instance *ri, const st_recipe *r, const st_cell
   if (rc == 0)
     rc = subst_list(&ri->entrypoint, &ri->n_entrypoint, r->entrypoint, r->n_entrypoint, cell,
                     false, err);
+  ri->has_entrypoint = r->has_entrypoint;
   return rc;
 }
 
@@ -418,6 +423,10 @@ static void put_source(FILE *f, const st_recipe_source *s) {
     put_esc(f, s->dest, true);
     if (s->kind == ST_SOURCE_ARCHIVE)
       fprintf(f, " strip=%u", s->strip);
+    if (s->kind == ST_SOURCE_OCI && s->ref) {
+      fputs(" ref=", f);
+      put_esc(f, s->ref, true);
+    }
     if (s->kind == ST_SOURCE_FILE && s->mode >= 0)
       fprintf(f, " mode=%04o", (unsigned)s->mode);
     else if (s->kind == ST_SOURCE_FILE)

@@ -25,6 +25,7 @@ void st_rstrs_free(st_rstr *v, size_t n) {
 void st_rsource_clear(st_rsource *s) {
   st_rstr_clear(&s->path);
   st_rstr_clear(&s->dest);
+  st_rstr_clear(&s->ref);
 }
 
 void st_rlayer_clear(st_rlayer *l) {
@@ -213,7 +214,10 @@ static int abs_path_check(const st_rstr *s, const char *what, st_error *err) {
 
 /* ---- sources and layers ---- */
 
-static const char *const kind_keys[] = {"dir", "archive", "deb", "file"};
+static const char *const kind_keys[] = {"dir", "archive", "deb", "file", "oci"};
+#define N_KINDS 5
+/* Indexes of the option keys in parse_source's table, after the kinds. */
+enum { K_DEST = N_KINDS, K_STRIP, K_MODE, K_OWNER, K_REF };
 
 static int parse_owner(st_rsource *src, const st_rfile *f, const st_rnode *v, st_error *err) {
   if (!strcmp(v->str, "source")) {
@@ -243,31 +247,41 @@ static int parse_owner(st_rsource *src, const st_rfile *f, const st_rnode *v, st
 static int parse_source_options(st_rsource *src, const st_rfile *f, const st_rnode **v,
                                 const st_rnode **k, st_error *err) {
   const char *kind = kind_keys[src->kind];
-  if (v[5]) { /* strip */
+  if (v[K_STRIP]) { /* strip */
     if (src->kind != ST_SOURCE_ARCHIVE)
-      return st_rerr(err, ST_EFORMAT, npos(f, k[5]),
+      return st_rerr(err, ST_EFORMAT, npos(f, k[K_STRIP]),
                      "'strip' only applies to archive sources, not %s", kind);
-    if (!all_digits(v[5]->str, 1, 3) || atoi(v[5]->str) > 255)
-      return st_rerr(err, ST_EFORMAT, npos(f, v[5]),
-                     "strip must be a non-negative integer (0-255), not '%.64s'", v[5]->str);
-    src->strip = atoi(v[5]->str);
+    if (!all_digits(v[K_STRIP]->str, 1, 3) || atoi(v[K_STRIP]->str) > 255)
+      return st_rerr(err, ST_EFORMAT, npos(f, v[K_STRIP]),
+                     "strip must be a non-negative integer (0-255), not '%.64s'", v[K_STRIP]->str);
+    src->strip = atoi(v[K_STRIP]->str);
   }
-  if (v[6]) { /* mode */
+  if (v[K_MODE]) { /* mode */
     if (src->kind != ST_SOURCE_FILE)
-      return st_rerr(err, ST_EFORMAT, npos(f, k[6]),
+      return st_rerr(err, ST_EFORMAT, npos(f, k[K_MODE]),
                      "'mode' only applies to file sources, not %s", kind);
-    size_t n = strlen(v[6]->str);
-    if (n < 3 || n > 4 || strspn(v[6]->str, "01234567") != n)
-      return st_rerr(err, ST_EFORMAT, npos(f, v[6]),
+    size_t n = strlen(v[K_MODE]->str);
+    if (n < 3 || n > 4 || strspn(v[K_MODE]->str, "01234567") != n)
+      return st_rerr(err, ST_EFORMAT, npos(f, v[K_MODE]),
                      "mode must be an octal string of 3 or 4 digits like \"0755\", not '%.64s'",
-                     v[6]->str);
-    src->mode = (int)strtol(v[6]->str, NULL, 8);
+                     v[K_MODE]->str);
+    src->mode = (int)strtol(v[K_MODE]->str, NULL, 8);
   }
-  if (v[7]) { /* owner */
+  if (v[K_REF]) {
+    if (src->kind != ST_SOURCE_OCI)
+      return st_rerr(err, ST_EFORMAT, npos(f, k[K_REF]),
+                     "'ref' only applies to oci sources, not %s", kind);
+    if (!v[K_REF]->str[0])
+      return st_rerr(err, ST_EFORMAT, npos(f, v[K_REF]), "ref: empty name");
+    int rc = rstr_set(&src->ref, f, v[K_REF], err);
+    if (rc < 0)
+      return rc;
+  }
+  if (v[K_OWNER]) { /* owner */
     if (src->kind != ST_SOURCE_DIR && src->kind != ST_SOURCE_FILE)
-      return st_rerr(err, ST_EFORMAT, npos(f, k[7]),
+      return st_rerr(err, ST_EFORMAT, npos(f, k[K_OWNER]),
                      "'owner' only applies to dir and file sources, not %s", kind);
-    return parse_owner(src, f, v[7], err);
+    return parse_owner(src, f, v[K_OWNER], err);
   }
   return 0;
 }
@@ -275,8 +289,9 @@ static int parse_source_options(st_rsource *src, const st_rfile *f, const st_rno
 static int parse_source(st_rsource *src, const st_rfile *f, const st_rnode *n, st_error *err) {
   static const keyspec ks[] = {
       {"dir", ST_RN_SCALAR},  {"archive", ST_RN_SCALAR}, {"deb", ST_RN_SCALAR},
-      {"file", ST_RN_SCALAR}, {"dest", ST_RN_SCALAR},    {"strip", ST_RN_SCALAR},
-      {"mode", ST_RN_SCALAR}, {"owner", ST_RN_SCALAR},
+      {"file", ST_RN_SCALAR}, {"oci", ST_RN_SCALAR},     {"dest", ST_RN_SCALAR},
+      {"strip", ST_RN_SCALAR}, {"mode", ST_RN_SCALAR},   {"owner", ST_RN_SCALAR},
+      {"ref", ST_RN_SCALAR},
   };
   const st_rnode *v[ST_ARRAY_SIZE(ks)], *k[ST_ARRAY_SIZE(ks)];
   int rc = want(f, n, ST_RN_MAP, "a source", err);
@@ -286,27 +301,27 @@ static int parse_source(st_rsource *src, const st_rfile *f, const st_rnode *n, s
     return rc;
   src->strip = src->mode = -1;
   int kind = -1;
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < N_KINDS; i++) {
     if (!v[i])
       continue;
     if (kind >= 0)
       return st_rerr(err, ST_EFORMAT, npos(f, k[i]),
-                     "a source has exactly one of dir, archive, deb, file; this one has '%s' "
+                     "a source has exactly one of dir, archive, deb, file, oci; this one has '%s' "
                      "and '%s'", kind_keys[kind], kind_keys[i]);
     kind = i;
   }
   if (kind < 0)
     return st_rerr(err, ST_EFORMAT, npos(f, n),
-                   "a source needs one of dir, archive, deb, file");
+                   "a source needs one of dir, archive, deb, file, oci");
   src->kind = (st_source_kind)kind;
   if (!v[kind]->str[0])
     return st_rerr(err, ST_EFORMAT, npos(f, v[kind]), "%s: empty path", kind_keys[kind]);
   rc = rstr_set(&src->path, f, v[kind], err);
   if (rc == 0)
     src->path.pos = npos(f, k[kind]);
-  if (rc == 0 && v[4])
-    rc = rstr_set(&src->dest, f, v[4], err);
-  if (rc == 0 && v[4])
+  if (rc == 0 && v[K_DEST])
+    rc = rstr_set(&src->dest, f, v[K_DEST], err);
+  if (rc == 0 && v[K_DEST])
     rc = abs_path_check(&src->dest, "dest", err);
   if (rc < 0)
     return rc;

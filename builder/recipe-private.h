@@ -51,6 +51,7 @@ typedef struct {
   int mode;      /* -1: not given */
   st_rowner owner;
   uint32_t uid, gid;
+  st_rstr ref;   /* oci: s == NULL: not given */
 } st_rsource;
 
 typedef struct {

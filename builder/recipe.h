@@ -48,6 +48,7 @@ typedef enum {
   ST_SOURCE_ARCHIVE = 1, /* an archive (libarchive), unpacked under dest */
   ST_SOURCE_DEB = 2,     /* Debian packages: data unpacked at dest, control into dpkg status */
   ST_SOURCE_FILE = 3,    /* a single regular file, written at dest */
+  ST_SOURCE_OCI = 4,     /* an OCI image layout: its layers applied in order, under dest */
 } st_source_kind;
 
 /* One concrete input of a layer. Everything is owned by the instance. */
@@ -65,6 +66,7 @@ typedef struct {
   bool owner_source;   /* dir/file: keep the owner found on disk (owner: source) */
   uint32_t uid, gid;   /* dir/file: owner to set when !owner_source (default 0:0);
                           0 and unused for archive/deb (the package or archive decides) */
+  char *ref;           /* oci: the manifest's ref.name, NULL = the only manifest (owned) */
   char *recipe_file;   /* the recipe file that declared the source, for messages (owned) */
   st_loc loc;          /* where the source's kind key is, for messages */
 } st_recipe_source;
@@ -104,6 +106,7 @@ typedef struct {
   char *workdir;             /* absolute working directory, NULL if unset (owned) */
   size_t n_entrypoint;
   char **entrypoint;         /* entrypoint argv (owned; may be empty) */
+  bool has_entrypoint;       /* the recipe set entrypoint (even to []) */
 } st_recipe_instance;
 
 /* Loads the recipe at path, resolving `extends`, and validates all of it (keys, types,
@@ -159,5 +162,5 @@ void st_recipe_instance_free(st_recipe_instance *ri);
  * on OOM. layer_index must be < ri->n_layers. */
 char *st_recipe_layer_canonical(const st_recipe_instance *ri, size_t layer_index);
 
-/* Name of a source kind ("dir", "archive", "deb", "file"). */
+/* Name of a source kind ("dir", "archive", "deb", "file", "oci"). */
 const char *st_source_kind_name(st_source_kind kind);

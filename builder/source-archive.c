@@ -385,6 +385,37 @@ static const char *special_kind(mode_t type) {
                                                  : "entries of this type";
 }
 
+/* An OCI whiteout or opaque marker at path (consumed if it is one). Returns
+ * 1 when the entry was one (and is handled), 0 when it is an ordinary entry. */
+static int oci_whiteout(struct archive_entry *ae, const st_feed *fd, const char *name, char *path,
+                        st_error *err) {
+  char *slash = strrchr(path, '/');
+  char *base = slash ? slash + 1 : path;
+  if (strncmp(base, ".wh.", 4))
+    return 0;
+  _cleanup_free_ char *owned = path;
+  if (!strcmp(base, ".wh..wh..opq")) {
+    if (slash)
+      *slash = '\0';
+    else
+      path[0] = '\0';
+    int rc = st_layer_writer_mark_opaque(fd->w, path, err);
+    return rc < 0 ? st_error_prefix(err, "%s: entry '%s'", fd->what, name) : 1;
+  }
+  const char *victim = base + 4;
+  if (!*victim || !strcmp(victim, ".") || !strcmp(victim, "..") || !strncmp(victim, ".wh.", 4))
+    return st_error_set(err, ST_EFORMAT, "%s: entry '%s': bad whiteout name", fd->what, name);
+  size_t dl = slash ? (size_t)(base - path) : 0;
+  st_entry e = {.type = ST_ENTRY_WHITEOUT, .mtime = fd->mtime};
+  if (!(e.path = malloc(strlen(path))))
+    return st_error_set(err, ST_ENOMEM, "out of memory");
+  memcpy(e.path, path, dl);
+  strcpy(e.path + dl, victim);
+  (void)ae;
+  int rc = st_layer_writer_add(fd->w, &e, err);
+  return rc < 0 ? st_error_prefix(err, "%s: entry '%s'", fd->what, name) : 1;
+}
+
 static int feed_entry(struct archive *a, struct archive_entry *ae, const st_feed *fd,
                       st_error *err) {
   const char *name = entry_pathname(ae);
@@ -396,6 +427,11 @@ static int feed_entry(struct archive *a, struct archive_entry *ae, const st_feed
     return st_error_prefix(err, "%s: entry '%s'", fd->what, name);
   if (rc == 0)
     return ST_OK; /* stripped away */
+  if (fd->oci_whiteouts) {
+    rc = oci_whiteout(ae, fd, name, path, err);
+    if (rc != 0)
+      return rc < 0 ? rc : ST_OK;
+  }
   const char *link = entry_hardlink(ae);
   if (link)
     return add_hardlink(a, ae, fd, name, path, link, err);
@@ -410,6 +446,14 @@ static int feed_entry(struct archive *a, struct archive_entry *ae, const st_feed
   st_entry e = {.path = path};
   if (type == AE_IFDIR) {
     e.type = ST_ENTRY_DIR;
+    if (fd->dirs) {
+      st_digest pd;
+      st_sha256(&pd, path, strlen(path));
+      if (st_dset_insert(fd->dirs, &pd, 0) < 0) {
+        free(path);
+        return st_error_set(err, ST_ENOMEM, "out of memory");
+      }
+    }
   } else if (type == AE_IFLNK) {
     const char *target = entry_symlink(ae);
     if (!target || !*target || strlen(target) > ST_PATH_MAX) {

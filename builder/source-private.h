@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "dset.h"
 #include "source.h"
 
 /* A file libarchive reads through our callbacks. However libarchive reads
@@ -47,6 +48,10 @@ typedef struct {
   unsigned strip;
   int64_t mtime;
   const st_src_file *file; /* nullable: the underlying file, for read errors */
+  bool oci_whiteouts; /* NAME/.wh.X is a whiteout of NAME/X, NAME/.wh..wh..opq makes
+                         NAME opaque (OCI layers) */
+  st_dset *dirs;      /* nullable: gets the SHA-256 of every directory path the
+                         archive names itself (not implied ones) */
 } st_feed;
 
 /* Feeds every entry of the opened archive a into the writer (see

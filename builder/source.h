@@ -10,6 +10,7 @@
 #include "digest.h"
 #include "error.h"
 #include "layer-writer.h"
+#include "oci.h"
 
 typedef enum {
   ST_OWNER_ROOT = 0, /* uid/gid 0 */
@@ -28,6 +29,7 @@ typedef struct {
   int64_t mtime;       /* every entry gets this (0 or SOURCE_DATE_EPOCH) */
   int has_mode;        /* file: use mode instead of the source's bits */
   uint32_t mode;
+  unsigned threads;    /* oci: chunk workers for the layers it reads */
   st_hasher *hasher;   /* nullable: gets every byte of the input file, once
                           and in order (file, archive, deb), so that its
                           digest is the SHA-256 of the input file */
@@ -70,6 +72,22 @@ int st_source_archive(st_layer_writer *w, const char *path, const st_source_opts
  * control file, or a damaged member; ST_EUNSAFE as for archives. */
 int st_source_deb(st_layer_writer *w, const char *path, const st_source_opts *o,
                   char **control_out, st_error *err);
+
+/* Lays the image `ref` (nullable: the only manifest) of the OCI image layout
+ * at path under o->dest: its layers are read bottom first (tar, tar+gzip,
+ * tar+zstd), each blob's size and SHA-256 checked against its descriptor
+ * while it streams, OCI whiteouts (.wh.NAME) and opaque markers
+ * (.wh..wh..opq) applied, and the composed tree added to w (owners, modes,
+ * xattrs, hardlinks kept; mtimes o->mtime). Chunks go to s. Errors name the
+ * layout, the layer's blob and the entry: ST_EFORMAT (malformed JSON or tar,
+ * truncated stream), ST_ECORRUPT (digest or size mismatch), ST_EUNSAFE
+ * (absolute or '..' names, a path below a symlink), ST_ENOENT (no such
+ * ref). On failure w holds part of the image: the caller drops it. */
+int st_source_oci(st_layer_writer *w, st_store *s, const char *path, const char *ref,
+                  const st_source_opts *o, st_error *err);
+/* The config of that image (owned by caller) and the manifest's digest. */
+int st_source_oci_config(const char *path, const char *ref, st_oci_config **out,
+                         st_digest *manifest_digest, st_error *err);
 
 /* A digest of the tree at dir from lstat alone (contents are not read):
  * every path with its type, permission bits, uid, gid, size, mtime in ns and

@@ -68,6 +68,8 @@ struct st_layer_writer {
   st_pack_stats stats;
   st_entry dir_defaults;
   const st_layer_index *lower;
+  char **opaque; /* directories marked opaque (owned) */
+  size_t n_opaque;
 };
 
 int st_layer_writer_new(st_layer_writer **out, st_store *s, unsigned threads, st_error *err) {
@@ -119,6 +121,9 @@ void st_layer_writer_free(st_layer_writer *w) {
   st_dset_free(w->seen);
   free(w->buf);
   free(w->readbuf);
+  for (size_t i = 0; i < w->n_opaque; i++)
+    free(w->opaque[i]);
+  free(w->opaque);
   pthread_mutex_destroy(&w->lock);
   free(w);
 }
@@ -289,6 +294,15 @@ int st_layer_writer_add(st_layer_writer *w, st_entry *e, st_error *err) {
   return st_layer_index_add(w->idx, e, err);
 }
 
+int st_layer_writer_add_stored(st_layer_writer *w, st_entry *e, st_error *err) {
+  if (e->type != ST_ENTRY_REGULAR)
+    return st_layer_writer_add(w, e, err);
+  w->stats.files++;
+  w->stats.bytes += e->size;
+  w->stats.chunks += e->n_chunks;
+  return st_layer_index_add(w->idx, e, err);
+}
+
 static int add_rec(st_layer_writer *w, struct file_rec *rec) {
   if (w->n_files == w->cap_files) {
     size_t cap = w->cap_files ? w->cap_files * 2 : 256;
@@ -444,8 +458,59 @@ static int assemble(st_layer_writer *w, st_error *err) {
   return ST_OK;
 }
 
-int st_layer_writer_finish(st_layer_writer *w, st_digest *digest_out, st_layer_index **index_out,
-                           st_error *err) {
+int st_layer_writer_mark_opaque(st_layer_writer *w, const char *path, st_error *err) {
+  if (w->n_opaque >= ST_OPAQUE_MAX)
+    return st_error_set(err, ST_ELIMIT, "more than %d opaque directories", ST_OPAQUE_MAX);
+  int rc = st_path_check(path, err);
+  if (rc < 0)
+    return rc;
+  char **n = realloc(w->opaque, (w->n_opaque + 1) * sizeof *n);
+  if (!n)
+    return st_error_set(err, ST_ENOMEM, "out of memory");
+  w->opaque = n;
+  if (!(n[w->n_opaque] = strdup(path)))
+    return st_error_set(err, ST_ENOMEM, "out of memory");
+  w->n_opaque++;
+  return ST_OK;
+}
+
+/* Sets opaque on the last entry of each marked path (before normalize, which
+ * keeps the last entry of a path), adding a directory where there is none. */
+static int apply_opaque(st_layer_writer *w, st_error *err) {
+  for (size_t o = 0; o < w->n_opaque; o++) {
+    st_entry *last = NULL;
+    for (size_t i = st_layer_index_count(w->idx); i-- > 0 && !last;) {
+      st_entry *e = st_layer_index_entry_mut(w->idx, i);
+      if (!strcmp(e->path, w->opaque[o]))
+        last = e;
+    }
+    if (last && last->type != ST_ENTRY_DIR)
+      return st_error_set(err, ST_EFORMAT, "'%s' is marked opaque but is not a directory",
+                          w->opaque[o]);
+    if (last) {
+      last->opaque = true;
+      continue;
+    }
+    const st_entry *low = w->lower ? st_layer_index_find(w->lower, w->opaque[o]) : NULL;
+    st_entry d;
+    int rc = st_entry_copy(&d, low && low->type == ST_ENTRY_DIR ? low : &w->dir_defaults, err);
+    if (rc < 0)
+      return rc;
+    free(d.path);
+    d.type = ST_ENTRY_DIR;
+    d.opaque = true;
+    if (!(d.path = strdup(w->opaque[o]))) {
+      st_entry_clear(&d);
+      return st_error_set(err, ST_ENOMEM, "out of memory");
+    }
+    if ((rc = st_layer_index_add(w->idx, &d, err)) < 0)
+      return rc;
+  }
+  return ST_OK;
+}
+
+/* Everything finish does except storing the index. */
+static int finish_common(st_layer_writer *w, st_error *err) {
   if (w->in_file)
     return st_error_set(err, ST_EINVAL, "finish: a file is still open");
   st_pool_wait(w->pool);
@@ -457,7 +522,26 @@ int st_layer_writer_finish(st_layer_writer *w, st_digest *digest_out, st_layer_i
     return rc;
   if ((rc = assemble(w, err)) < 0)
     return rc;
-  if ((rc = st_layer_index_normalize(w->idx, &w->dir_defaults, w->lower, err)) < 0)
+  if ((rc = apply_opaque(w, err)) < 0)
+    return rc;
+  return st_layer_index_normalize(w->idx, &w->dir_defaults, w->lower, err);
+}
+
+int st_layer_writer_finish_index(st_layer_writer *w, st_layer_index **index_out, st_error *err) {
+  int rc = finish_common(w, err);
+  if (rc == ST_OK)
+    rc = st_layer_index_validate(w->idx, err);
+  if (rc < 0)
+    return rc;
+  *index_out = w->idx;
+  w->idx = NULL;
+  return ST_OK;
+}
+
+int st_layer_writer_finish(st_layer_writer *w, st_digest *digest_out, st_layer_index **index_out,
+                           st_error *err) {
+  int rc = finish_common(w, err);
+  if (rc < 0)
     return rc;
   if (digest_out)
     rc = st_layer_index_save(w->store, w->idx, digest_out, err);

@@ -72,6 +72,21 @@ void st_layer_writer_set_lower(st_layer_writer *w, const st_layer_index *lower);
 int st_layer_writer_finish(st_layer_writer *w, st_digest *digest_out, st_layer_index **index_out,
                            st_error *err);
 
+/* Marks the directory at path (relative) opaque, as an OCI
+ * DIR/.wh..wh..opq marker does: at finish the last entry of that path, which
+ * must be a directory (else ST_EFORMAT), hides the lower layers' contents;
+ * a layer without an entry for it gets one (from the lower layers or the
+ * dir defaults). ST_EUNSAFE for a bad path. */
+#define ST_OPAQUE_MAX 65536
+int st_layer_writer_mark_opaque(st_layer_writer *w, const char *path, st_error *err);
+/* finish without storing the index: chunks are stored and flushed, the
+ * normalised, validated index goes to *index_out (owned by caller). For
+ * layers that only feed a composition. */
+int st_layer_writer_finish_index(st_layer_writer *w, st_layer_index **index_out, st_error *err);
+/* A regular entry whose chunks are already in the store (e.g. from another
+ * layer), added as it is (e consumed). */
+int st_layer_writer_add_stored(st_layer_writer *w, st_entry *e, st_error *err);
+
 const st_pack_stats *st_layer_writer_stats(const st_layer_writer *w);
 /* Counts an input entry that was skipped (e.g. a device node). */
 void st_layer_writer_skip(st_layer_writer *w);

@@ -205,7 +205,11 @@ int st_oci_layer_write(st_store *s, const st_layer_index *idx, st_oci_compressio
   struct archive_entry *ae = a ? archive_entry_new() : NULL;
   if (rc == ST_OK && !ae)
     rc = st_error_set(err, ST_ENOMEM, "out of memory");
+  /* xattrs as SCHILY.xattr records only (GNU tar's and the OCI tools'),
+   * not also as LIBARCHIVE.xattr: readers would see each twice */
   if (rc == ST_OK && (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
+                      archive_write_set_format_option(a, "pax", "xattrheader", "SCHILY") !=
+                          ARCHIVE_OK ||
                       archive_write_set_bytes_per_block(a, 512) != ARCHIVE_OK ||
                       archive_write_set_bytes_in_last_block(a, 1) != ARCHIVE_OK ||
                       archive_write_open2(a, &k, NULL, sink_write, NULL, NULL) != ARCHIVE_OK))

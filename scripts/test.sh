@@ -28,7 +28,7 @@ section "tests under ASan+UBSan"
 meson test -C build-asan --setup=asan --print-errorlogs --num-processes 2 --no-suite e2e
 
 section "unit tests under valgrind"
-meson test -C build-ci --setup=valgrind --suite common --suite cache --suite fuzz \
+meson test -C build-ci --setup=valgrind --suite common --suite cache --suite oci --suite fuzz \
   --print-errorlogs --num-processes 2
 
 if [ "${STRATA_SKIP_E2E:-0}" != 1 ]; then
