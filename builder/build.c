@@ -151,6 +151,9 @@ static int inputs_known(struct ctx *c, const st_recipe_layer *l, struct inputs *
           return st_error_prefix(err, "%s:%d:%d: layer '%s'", src->recipe_file, src->loc.line,
                                  src->loc.col, l->name);
         in->known[k] = true;
+      } else if (c->o->input_digest &&
+                 c->o->input_digest(src->paths[p], src->kind, &in->d[k], c->o->input_ud)) {
+        in->known[k] = true;
       } else if (!is_file_like(src->kind)) {
         int rc = st_source_dir_digest(src->paths[p], &in->d[k], err);
         if (rc < 0)
@@ -511,7 +514,8 @@ static int run_commands(struct ctx *c, size_t li, const struct run_dirs *d,
     if (rc < 0)
       return rc;
     st_run_overlay ov = {d->lower, d->upper, d->work, d->merged};
-    rc = st_run_commands_overlay(&ov, l->runs, l->n_runs, env, c->ri->n_env, log_line, ud, err);
+    rc = st_run_commands_overlay(&ov, l->runs, l->n_runs, env, c->ri->n_env, log_line, ud,
+                                 c->o->cancel, err);
     if (rc != ST_EUNSUPPORTED) {
       *overlay = true;
       return rc;
@@ -519,7 +523,8 @@ static int run_commands(struct ctx *c, size_t li, const struct run_dirs *d,
     /* nothing ran: no right to mount here */
     st_debug("layer '%s': %s; running on the whole tree", l->name, err->msg);
   }
-  return st_run_commands(d->lower, l->runs, l->n_runs, env, c->ri->n_env, log_line, ud, err);
+  return st_run_commands(d->lower, l->runs, l->n_runs, env, c->ri->n_env, log_line, ud,
+                         c->o->cancel, err);
 }
 
 /* Unpacks the layers below plus this layer's sources (in memory, never
@@ -790,8 +795,13 @@ int st_build_instance(st_store *s, const st_recipe_instance *ri, const st_build_
   int rc = c.layers && c.sizes ? ST_OK : st_error_set(err, ST_ENOMEM, "out of memory");
   st_digest key = {{0}};
   bool key_known = false;
-  for (size_t i = 0; i < ri->n_layers && rc == ST_OK; i++)
-    rc = do_layer(&c, i, &key, &key_known, err);
+  for (size_t i = 0; i < ri->n_layers && rc == ST_OK; i++) {
+    if (o->cancel && atomic_load(o->cancel))
+      rc = st_error_set(err, ST_ECANCELED, "%s: cancelled before layer '%s'", ri->ref,
+                        ri->layers[i].name);
+    else
+      rc = do_layer(&c, i, &key, &key_known, err);
+  }
   st_digest img;
   if (rc == ST_OK && !o->dry_run) {
     rc = make_image(&c, &img, err);

@@ -15,6 +15,7 @@
  */
 #pragma once
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -48,6 +49,13 @@ typedef struct {
 } st_build_event;
 
 typedef void (*st_build_event_fn)(const st_build_event *ev, void *ud);
+/* Asked first for the digest of each input path (kind tells how the engine
+ * would digest it). Returns true with *out set when it knows the digest;
+ * the engine then neither hashes the input nor records it in the stat cache.
+ * For inputs materialised from a known layer (a build context), whose
+ * paths and stat data change at every materialisation. */
+typedef bool (*st_build_input_fn)(const char *path, st_source_kind kind, st_digest *out,
+                                  void *ud);
 
 typedef struct {
   unsigned threads;          /* chunk workers (0 = inline) */
@@ -56,9 +64,14 @@ typedef struct {
   const char *tmpdir;        /* for run-step roots; NULL = $TMPDIR or /var/tmp */
   st_build_event_fn on_event;/* nullable */
   void *ud;
+  st_build_input_fn input_digest; /* nullable */
+  void *input_ud;
+  const atomic_int *cancel;  /* nullable: once non-zero the build stops before the next
+                                layer and a running `run` command is killed: ST_ECANCELED */
 } st_build_opts;
 
 /* Builds (or, with dry_run, plans) one instance. image_out (nullable) gets
- * the image digest (not on a dry run). Errors name the layer and the input. */
+ * the image digest (not on a dry run). Errors name the layer and the input;
+ * ST_ECANCELED when o->cancel was raised. */
 int st_build_instance(st_store *s, const st_recipe_instance *ri, const st_build_opts *o,
                       st_digest *image_out, st_error *err);

@@ -228,7 +228,7 @@ static int load_base(loader *L, const st_rstr *ext, st_recipe **out, st_error *e
                    ST_RECIPE_MAX_EXTENDS);
   char *dir = abs_dir_of(path);
   st_rfile *f = dir ? add_file(L, display, NULL, dir) : NULL;
-  if (!f)
+  if (!f || !(f->path = strdup(path)))
     return st_room(err);
   L->chain[L->n_chain].dev = dev;
   L->chain[L->n_chain].ino = ino;
@@ -304,7 +304,7 @@ int st_recipe_load(st_recipe **out, const char *path, st_error *err) {
   size_t len = 0;
   uint64_t dev = 0, ino = 0;
   int rc = st_rread(path, path, (st_rpos){f, {1, 1}}, "recipe", &text, &len, &dev, &ino, err);
-  if (rc == 0 && !(f->dir = abs_dir_of(path)))
+  if (rc == 0 && (!(f->dir = abs_dir_of(path)) || !(f->path = strdup(path))))
     rc = st_room(err);
   if (rc < 0) {
     loader_done(&L);
@@ -329,7 +329,7 @@ int st_recipe_load_text(st_recipe **out, const char *file_name, const char *base
     dir = base_dir ? join(cwd, base_dir) : strdup(cwd);
   else
     return st_error_errno(err, errno, "%s: cannot resolve the current directory", name);
-  st_rfile *f = dir ? add_file(&L, name, base_dir, dir) : NULL;
+  st_rfile *f = dir ? add_file(&L, name, NULL, dir) : NULL;
   if (!f) {
     loader_done(&L);
     return st_room(err);
@@ -349,4 +349,12 @@ const char *st_recipe_image(const st_recipe *r) {
 
 const char *st_recipe_file(const st_recipe *r) {
   return r->files[0]->display;
+}
+
+size_t st_recipe_file_count(const st_recipe *r) {
+  return r->n_files;
+}
+
+const char *st_recipe_file_path(const st_recipe *r, size_t i) {
+  return i < r->n_files ? r->files[i]->path : NULL;
 }

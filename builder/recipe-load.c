@@ -61,6 +61,7 @@ void st_rfile_free(st_rfile *f) {
   free(f->display);
   free(f->display_dir);
   free(f->dir);
+  free(f->path);
   free(f);
 }
 

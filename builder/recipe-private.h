@@ -15,6 +15,7 @@ typedef struct {
   char *display;     /* the name used in messages (as given, or resolved from extends) */
   char *display_dir; /* directory part of display, "." if none */
   char *dir;         /* absolute directory relative paths of this file resolve against */
+  char *path;        /* the path the file was read from (NULL for a recipe given as text) */
 } st_rfile;
 
 /* A position: file and line/column. */

@@ -115,9 +115,10 @@ typedef struct {
  * extends target is missing), ST_EPERM/ST_EIO (unreadable) or ST_ENOMEM. *out (owned by
  * the caller, st_recipe_free) is written only on success. */
 int st_recipe_load(st_recipe **out, const char *path, st_error *err);
-/* Same, from text in memory. file_name (not opened) names the text in messages; base_dir
- * (nullable: the current directory) is where relative paths and `extends` resolve; it need
- * not exist until something is resolved against it. */
+/* Same, from text in memory. file_name (not opened) names the text in messages, and its
+ * directory part prefixes the names of `extends` bases in messages; base_dir (nullable: the
+ * current directory) is where relative paths and `extends` resolve; it need not exist until
+ * something is resolved against it. */
 int st_recipe_load_text(st_recipe **out, const char *file_name, const char *base_dir,
                         const char *text, size_t len, st_error *err);
 void st_recipe_free(st_recipe *r);
@@ -126,6 +127,13 @@ void st_recipe_free(st_recipe *r);
 const char *st_recipe_image(const st_recipe *r);
 /* The file the recipe was loaded from (as given). Borrowed from r. */
 const char *st_recipe_file(const st_recipe *r);
+/* The files of the recipe: 1 plus the number of `extends` bases. */
+size_t st_recipe_file_count(const st_recipe *r);
+/* The path file i was read from (0 is the top file, then the bases in the order they were
+ * read): as given for the top file, its directory joined with the `extends` value for a base
+ * (not normalised). NULL for the top file of a recipe loaded from text, or i out of range.
+ * Borrowed from r. */
+const char *st_recipe_file_path(const st_recipe *r, size_t i);
 
 /* All cells: the cartesian product of the axes (first axis outermost) minus exclusions.
  * *cells_out (st_cells_free) and *n_out are written on success; n >= 1. Returns 0 or

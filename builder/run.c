@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -98,9 +99,18 @@ static int child_mount(const struct st_run_overlay_mount *ov) {
   return -1;
 }
 
+/* How often a running command looks at the cancel flag. */
+#define CANCEL_POLL_MS 100
+
+static bool cancelled(const atomic_int *cancel) {
+  return cancel && atomic_load(cancel) != 0;
+}
+
 static int run_one(const char *bwrap, const char *root, const struct st_run_overlay_mount *ov,
                    const char *cmd, const st_kv *env, size_t n_env, st_run_log_fn log, void *ud,
-                   st_error *err) {
+                   const atomic_int *cancel, st_error *err) {
+  if (cancelled(cancel))
+    return st_error_set(err, ST_ECANCELED, "run step '%s' was cancelled", cmd);
   _cleanup_free_ char **argv = bwrap_argv(bwrap, root, cmd, env, n_env);
   if (!argv)
     return st_error_set(err, ST_ENOMEM, "out of memory");
@@ -144,7 +154,20 @@ static int run_one(const char *bwrap, const char *root, const struct st_run_over
   close(statfd[1]);
   char buf[8193];
   size_t len = 0;
+  bool killed = false;
   for (;;) {
+    if (cancel) {
+      /* bwrap is the sandbox's parent and its pid 1 dies with it
+       * (--die-with-parent), so one SIGKILL ends every process inside */
+      if (!killed && cancelled(cancel)) {
+        kill(pid, SIGKILL);
+        killed = true;
+      }
+      struct pollfd pfd = {.fd = pipefd[0], .events = POLLIN};
+      int pr = poll(&pfd, 1, killed ? -1 : CANCEL_POLL_MS);
+      if (pr == 0 || (pr < 0 && errno == EINTR))
+        continue;
+    }
     ssize_t r = read(pipefd[0], buf + len, sizeof buf - 1 - len);
     if (r < 0 && errno == EINTR)
       continue;
@@ -164,6 +187,8 @@ static int run_one(const char *bwrap, const char *root, const struct st_run_over
   while (waitpid(pid, &status, 0) < 0)
     if (errno != EINTR)
       return st_error_errno(err, errno, "run step: wait");
+  if (killed)
+    return st_error_set(err, ST_ECANCELED, "run step '%s' was cancelled", cmd);
   if (got == (ssize_t)sizeof report && report[0] == STAGE_MOUNT)
     return st_error_set(err, report[1] == EPERM || report[1] == ENODEV ? ST_EUNSUPPORTED : ST_EIO,
                         "run step: cannot mount the overlay on %s: %s", ov->merged,
@@ -186,7 +211,8 @@ static int no_bwrap(st_error *err) {
 }
 
 int st_run_commands(const char *root, char *const *cmds, size_t n, const st_kv *env,
-                    size_t n_env, st_run_log_fn log, void *ud, st_error *err) {
+                    size_t n_env, st_run_log_fn log, void *ud, const atomic_int *cancel,
+                    st_error *err) {
   const char *bwrap = find_bwrap();
   if (!bwrap)
     return no_bwrap(err);
@@ -200,7 +226,7 @@ int st_run_commands(const char *root, char *const *cmds, size_t n, const st_kv *
   int rc = ST_OK;
   for (size_t i = 0; i < n && rc == ST_OK; i++) {
     st_debug("run: %s", cmds[i]);
-    rc = run_one(bwrap, root, NULL, cmds[i], env, n_env, log, ud, err);
+    rc = run_one(bwrap, root, NULL, cmds[i], env, n_env, log, ud, cancel, err);
   }
   for (int i = 0; i < 3; i++)
     if (created[i])
@@ -214,7 +240,7 @@ static bool option_safe(const char *path) { return !strpbrk(path, ",:\\=\n"); }
 
 int st_run_commands_overlay(const st_run_overlay *ov, char *const *cmds, size_t n,
                             const st_kv *env, size_t n_env, st_run_log_fn log, void *ud,
-                            st_error *err) {
+                            const atomic_int *cancel, st_error *err) {
   const char *bwrap = find_bwrap();
   if (!bwrap)
     return no_bwrap(err);
@@ -238,7 +264,7 @@ int st_run_commands_overlay(const st_run_overlay *ov, char *const *cmds, size_t 
   int rc = ST_OK;
   for (size_t i = 0; i < n && rc == ST_OK; i++) {
     st_debug("run (overlay): %s", cmds[i]);
-    rc = run_one(bwrap, ov->merged, &m, cmds[i], env, n_env, log, ud, err);
+    rc = run_one(bwrap, ov->merged, &m, cmds[i], env, n_env, log, ud, cancel, err);
   }
   free(m.options);
   free(m.plain_options);

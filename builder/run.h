@@ -4,6 +4,7 @@
  * image's environment. */
 #pragma once
 
+#include <stdatomic.h>
 #include <stddef.h>
 
 #include "error.h"
@@ -18,9 +19,13 @@ typedef void (*st_run_log_fn)(const char *line, void *ud);
  * "/". Stops at the first failing command: ST_EIO "run step 'CMD' exited
  * with status N" (or "was killed by signal N"). ST_ENOENT if bwrap is not
  * installed. Mount points bwrap needs (proc, dev, tmp) are created in root
- * if missing and removed again afterwards when still empty. */
+ * if missing and removed again afterwards when still empty.
+ * cancel (nullable) is polled while a command runs: once it is non-zero the
+ * sandbox is killed and the result is ST_ECANCELED "run step 'CMD' was
+ * cancelled". */
 int st_run_commands(const char *root, char *const *cmds, size_t n, const st_kv *env,
-                    size_t n_env, st_run_log_fn log, void *ud, st_error *err);
+                    size_t n_env, st_run_log_fn log, void *ud, const atomic_int *cancel,
+                    st_error *err);
 
 /* The directories of an overlay run (absolute paths, no ',' ':' '\\' or
  * '='; upper and work empty directories on the same file system; merged an
@@ -40,4 +45,4 @@ typedef struct {
  * overlay" before any command has run. */
 int st_run_commands_overlay(const st_run_overlay *ov, char *const *cmds, size_t n,
                             const st_kv *env, size_t n_env, st_run_log_fn log, void *ud,
-                            st_error *err);
+                            const atomic_int *cancel, st_error *err);
