@@ -2,7 +2,7 @@
 /* Build contexts: the local files a recipe reads (its `extends` bases and the inputs of the
  * cells to build) packed into one layer, so that they travel to a build server like any other
  * data (chunked, deduplicated, verified through the store), and materialised there again in a
- * private directory where the ordinary build engine reads them. docs/SERVER.md, "Builds".
+ * private directory where the ordinary build engine reads them. docs/BUILDS.md.
  *
  * The context layer keeps each file at its path relative to the deepest directory that holds
  * the recipe and everything it reads, so relative paths in the recipe resolve the same way on

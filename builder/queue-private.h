@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Private to builder/queue*.c; nothing else includes it. The text forms of a build's record
- * and event history as stored in the store's metadata (docs/SERVER.md, "Builds"). */
+ * and event history as stored in the store's metadata (docs/BUILDS.md). */
 #pragma once
 
 #include <stddef.h>

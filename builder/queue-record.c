@@ -104,8 +104,10 @@ int st_bevent_copy(st_bevent *dst, const st_bevent *src) {
 void st_build_info_clear(st_build_info *info) {
   st_build_request_clear(&info->req);
   free(info->error);
-  for (size_t i = 0; i < info->n_images; i++)
+  for (size_t i = 0; i < info->n_images; i++) {
     free(info->images[i].ref);
+    free(info->images[i].cell);
+  }
   free(info->images);
   *info = (st_build_info){0};
 }
@@ -141,7 +143,8 @@ int st_build_info_copy(st_build_info *dst, const st_build_info *src) {
     ok = (dst->images = calloc(src->n_images, sizeof *dst->images)) != NULL;
     for (size_t i = 0; ok && i < src->n_images; i++, dst->n_images++) {
       dst->images[i].digest = src->images[i].digest;
-      ok = dup_str(&dst->images[i].ref, src->images[i].ref);
+      ok = dup_str(&dst->images[i].ref, src->images[i].ref) &
+           dup_str(&dst->images[i].cell, src->images[i].cell);
     }
   }
   if (!ok) {
@@ -250,6 +253,8 @@ int st_bq_record_format(const st_build_info *info, char **out, size_t *len) {
   for (size_t i = 0; i < info->n_images; i++) {
     put(&b, "image sha256:%s ", st_digest_hex(&info->images[i].digest, hex));
     put_esc(&b, info->images[i].ref);
+    put(&b, " ");
+    put_esc(&b, info->images[i].cell);
     put(&b, "\n");
   }
   return buf_done(&b, out, len);
@@ -275,11 +280,16 @@ static int add_image(st_build_info *info, const char *v) {
     return ST_EFORMAT;
   snprintf(hex, sizeof hex, "%.*s", (int)(sp - v), v);
   st_build_image *m = &im[info->n_images];
-  if (st_digest_parse(&m->digest, hex, NULL) < 0)
+  *m = (st_build_image){0};
+  const char *cell = strchr(sp + 1, ' '); /* neither a ref nor a cell has spaces */
+  if (st_digest_parse(&m->digest, hex, NULL) < 0 || !cell)
     return ST_EFORMAT;
-  if (!(m->ref = strdup(sp + 1)))
+  if (!(m->ref = strndup(sp + 1, (size_t)(cell - sp - 1))) || !(m->cell = strdup(cell + 1))) {
+    free(m->ref);
     return ST_ENOMEM;
+  }
   unesc(m->ref);
+  unesc(m->cell);
   info->n_images++;
   return ST_OK;
 }

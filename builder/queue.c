@@ -324,11 +324,15 @@ static void on_build_event(const st_build_event *ev, void *ud) {
     e.kind = ST_BEV_IMAGE;
     e.text = (char *)ev->ref;
     st_build_image *v = realloc(r->images, (r->n_images + 1) * sizeof *v);
-    if (v && (v[r->n_images].ref = strdup(ev->ref))) {
-      v[r->n_images++].digest = ev->digest;
-    }
-    if (v)
+    if (v) {
       r->images = v;
+      st_build_image *m = &v[r->n_images];
+      *m = (st_build_image){.ref = strdup(ev->ref), .cell = strdup(ev->cell), .digest = ev->digest};
+      if (m->ref && m->cell)
+        r->n_images++;
+      else
+        free(m->ref), free(m->cell);
+    }
     break;
   }
   default:
@@ -401,8 +405,10 @@ static void finish_build(st_build_queue *q, struct build *b, int rc, const st_er
   } else {
     set_state(q, b, ST_BUILD_FAILED, rc, err->msg);
   }
-  for (size_t i = 0; i < r->n_images; i++)
+  for (size_t i = 0; i < r->n_images; i++) {
     free(r->images[i].ref);
+    free(r->images[i].cell);
+  }
   free(r->images);
 }
 
@@ -644,8 +650,10 @@ static int queue_attempt(st_build_queue *q, struct build *b, struct workspace *w
   b->info.attempt++;
   b->info.submitted = wall_now();
   b->info.started = b->info.finished = 0;
-  for (size_t i = 0; i < b->info.n_images; i++)
+  for (size_t i = 0; i < b->info.n_images; i++) {
     free(b->info.images[i].ref);
+    free(b->info.images[i].cell);
+  }
   free(b->info.images);
   b->info.images = NULL;
   b->info.n_images = 0;

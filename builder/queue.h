@@ -3,7 +3,7 @@
  * context.h) are recorded in the store as metadata (builds/<id>/record, .../recipe,
  * .../events), run by a fixed number of worker threads with the ordinary build engine, and
  * their progress is kept as a numbered event history that watchers read from any point, also
- * after the build ended or the server restarted. docs/SERVER.md, "Builds".
+ * after the build ended or the server restarted. docs/BUILDS.md.
  *
  *              submit() [queue_submit]      a worker takes it [worker_main]
  *   (none) ───────────────────────> QUEUED ───────────────────────────> RUNNING
@@ -83,6 +83,7 @@ void st_bevents_free(st_bevent *v, size_t n);
 
 typedef struct {
   char *ref;        /* "name:tag" (owned) */
+  char *cell;       /* the cell it was built for, "" without a matrix (owned) */
   st_digest digest; /* the image */
 } st_build_image;
 
