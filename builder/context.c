@@ -353,13 +353,14 @@ int st_build_context_open(st_build_context **out, st_store *s, const st_build_re
 /* ST_EUNSAFE unless path resolves to somewhere inside the context. */
 static int check_inside(const st_build_context *c, const char *path, const char *what,
                         st_error *err) {
+  size_t n = strlen(c->real);
+  /* named as the recipe sees it: relative to the context, or as written */
+  const char *shown = !strncmp(path, c->real, n) && path[n] == '/' ? path + n + 1 : path;
   _cleanup_free_ char *real = realpath(path, NULL);
   if (!real)
-    return st_error_errno(err, errno, "%s %s", what, below(c->real, path));
-  size_t n = strlen(c->real);
+    return st_error_errno(err, errno, "%s '%s'", what, shown);
   if (strncmp(real, c->real, n) || (real[n] != '/' && real[n] != '\0'))
-    return st_error_set(err, ST_EUNSAFE, "%s '%s' is outside the build context", what,
-                        below(c->real, path));
+    return st_error_set(err, ST_EUNSAFE, "%s '%s' is outside the build context", what, shown);
   return ST_OK;
 }
 
