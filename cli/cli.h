@@ -92,3 +92,6 @@ int cmd_push(cli_ctx *ctx, int argc, char **argv);
 int cmd_pull(cli_ctx *ctx, int argc, char **argv);
 int cmd_token(cli_ctx *ctx, int argc, char **argv);
 int cmd_publish(cli_ctx *ctx, int argc, char **argv);
+int cmd_submit(cli_ctx *ctx, int argc, char **argv);
+int cmd_builds(cli_ctx *ctx, int argc, char **argv);
+int cmd_cancel(cli_ctx *ctx, int argc, char **argv);

@@ -15,7 +15,7 @@
 enum {
   OPT_SERVER = 1000, OPT_TOKEN, OPT_TLS_CA, OPT_TLS_CERT, OPT_TLS_KEY, OPT_TLS_NAME,
   OPT_DEADLINE, OPT_STREAMS, OPT_LISTEN, OPT_TLS_CLIENT_CA, OPT_TOKENS, OPT_WORKERS,
-  OPT_MAX_MESSAGE, OPT_MAX_STREAMS, OPT_GRACE, OPT_QUIET_LOG,
+  OPT_MAX_MESSAGE, OPT_MAX_STREAMS, OPT_GRACE, OPT_QUIET_LOG, OPT_BUILDS,
 };
 
 int cli_remote_opt(cli_remote_opts *o, int c, const char *arg) {
@@ -128,13 +128,13 @@ int cmd_push(cli_ctx *ctx, int argc, char **argv) { return transfer(ctx, argc, a
 static const char serve_usage[] =
     "strata serve [--listen ADDR] [--store DIR] [--tls-cert PEM --tls-key PEM "
     "[--tls-client-ca PEM]] [--tokens FILE] [--workers N] [--max-message BYTES] "
-    "[--max-streams N] [--grace SECONDS] [--no-access-log]";
+    "[--max-streams N] [--grace SECONDS] [--no-access-log] [--builds N]";
 
 static int serve_opt(int c, const char *arg, void *ud) {
   st_server_config *cfg = ud;
   uint64_t v = 0;
   char *end;
-  if ((c == OPT_WORKERS || c == OPT_MAX_MESSAGE || c == OPT_MAX_STREAMS) &&
+  if ((c == OPT_WORKERS || c == OPT_MAX_MESSAGE || c == OPT_MAX_STREAMS || c == OPT_BUILDS) &&
       (cli_parse_size(arg, &v) < 0 || v == 0 || v > (1u << 30)))
     return 1;
   switch (c) {
@@ -147,6 +147,7 @@ static int serve_opt(int c, const char *arg, void *ud) {
   case OPT_MAX_MESSAGE: cfg->max_message = (unsigned)v; return 0;
   case OPT_MAX_STREAMS: cfg->max_streams = (unsigned)v; return 0;
   case OPT_QUIET_LOG: cfg->access_log = false; return 0;
+  case OPT_BUILDS: cfg->builds = (unsigned)(v > 64 ? 64 : v); return 0;
   case OPT_GRACE:
     cfg->grace_seconds = strtod(arg, &end);
     return *end || cfg->grace_seconds < 0;
@@ -166,6 +167,7 @@ int cmd_serve(cli_ctx *ctx, int argc, char **argv) {
       {"max-streams", required_argument, NULL, OPT_MAX_STREAMS},
       {"grace", required_argument, NULL, OPT_GRACE},
       {"no-access-log", no_argument, NULL, OPT_QUIET_LOG},
+      {"builds", required_argument, NULL, OPT_BUILDS},
       CLI_COMMON_LONGOPTS};
   st_server_config cfg = {.listen = "127.0.0.1:7070", .grace_seconds = 10, .access_log = true};
   int rc = cli_parse_opts(ctx, argc, argv, opts, serve_usage, serve_opt, &cfg);

@@ -24,7 +24,14 @@ static const char usage[] =
     "  serve [--listen ADDR]        run the gRPC server on the store (docs/API.md)\n"
     "  push|pull IMAGE --server A   send or fetch an image, only the missing chunks\n"
     "  token add FILE NAME ROLE     create a server token (printed once, stored hashed)\n"
-    "  publish IMAGE --oci DIR[:TAG] | --registry HOST/REPO:TAG   publish as an OCI image\n"
+    "  publish IMAGE --oci DIR[:TAG] | --registry HOST/REPO:TAG   publish as an OCI image
+"
+    "  submit RECIPE --server A     build a recipe on the server and follow it (docs/BUILDS.md)
+"
+    "  builds [ID] --server A       list the server's builds, or show one
+"
+    "  cancel ID --server A         cancel a build
+"
     "  version                      print the version\n"
     "\n"
     "Every command takes --store DIR (default: $STRATA_STORE, else a per-user\n"
@@ -85,6 +92,12 @@ int main(int argc, char **argv) {
     rc = cmd_push(&ctx, argc - i, argv + i);
   else if (!strcmp(cmd, "pull"))
     rc = cmd_pull(&ctx, argc - i, argv + i);
+  else if (!strcmp(cmd, "submit"))
+    rc = cmd_submit(&ctx, argc - i, argv + i);
+  else if (!strcmp(cmd, "builds"))
+    rc = cmd_builds(&ctx, argc - i, argv + i);
+  else if (!strcmp(cmd, "cancel"))
+    rc = cmd_cancel(&ctx, argc - i, argv + i);
   else if (!strcmp(cmd, "token"))
     rc = cmd_token(&ctx, argc - i, argv + i);
   else if (!strcmp(cmd, "publish"))

@@ -596,3 +596,58 @@ int st_client_push(st_client *c, st_store *store, const char *ref, unsigned stre
   stats->seconds = st_now() - t0;
   return r;
 }
+
+/* ---------------------------------------------------------------- one layer */
+
+int st_client_push_layer(st_client *c, st_store *store, const st_digest *layer, unsigned streams,
+                         st_transfer_stats *stats, st_error *err) {
+  st_transfer_stats local = {0};
+  if (!stats)
+    stats = &local;
+  memset(stats, 0, sizeof *stats);
+  double t0 = st_now();
+  st_layer_index *idx = NULL;
+  int r = st_layer_index_load(&idx, store, layer, err);
+  if (r < 0)
+    return r;
+  st_image one = {.n_layers = 1};
+  image_set s = {.digest = *layer, .img = &one, .idx = &idx};
+  r = collect_chunks(&s, err);
+  stats->layers_total = 1;
+  stats->chunks_total = s.chunks.n;
+  size_t n = s.chunks.n;
+  const st_digest **ds = calloc(n + 1, sizeof *ds);
+  bool *miss = calloc(n + 1, sizeof *miss);
+  chunk_list missing = {0};
+  if (r == ST_OK && (!ds || !miss))
+    r = st_error_set(err, ST_ENOMEM, "out of memory");
+  for (size_t i = 0; r == ST_OK && i < n; i++)
+    ds[i] = &s.chunks.v[i].digest;
+  if (r == ST_OK)
+    r = find_missing(c, ST_KIND_CHUNK, ds, n, miss, err);
+  for (size_t i = 0; i < n && r == ST_OK; i++) {
+    if (miss[i]) {
+      if (chunk_list_add(&missing, &s.chunks.v[i]) < 0)
+        r = st_error_set(err, ST_ENOMEM, "out of memory");
+    } else {
+      stats->chunks_present++;
+      stats->chunk_bytes_present += s.chunks.v[i].size;
+    }
+  }
+  if (r == ST_OK)
+    r = run_streams(c, store, missing.v, missing.n, streams, write_stream, stats, err);
+  const st_digest *ld = layer;
+  if (r == ST_OK)
+    r = find_missing(c, ST_KIND_INDEX, &ld, 1, miss, err);
+  if (r == ST_OK && miss[0]) {
+    r = put_blob(c, store, ST_KIND_INDEX, layer, stats, err);
+    stats->layers_moved++;
+  }
+  free(missing.v);
+  free(ds);
+  free(miss);
+  free(s.chunks.v);
+  st_layer_index_free(idx);
+  stats->seconds = st_now() - t0;
+  return r;
+}

@@ -20,6 +20,7 @@
 #include "cleanup.h"
 #include "digest.h"
 #include "error.h"
+#include "queue.h"
 #include "store.h"
 
 typedef struct st_client st_client;
@@ -90,3 +91,35 @@ int st_client_push(st_client *c, st_store *store, const char *ref, unsigned stre
 
 /* The ST_E* code for a grpc_status_code. */
 int st_client_code_from_status(int status);
+
+/* Sends one layer (a build context) to the server: FindMissing for its
+ * chunks, the missing ones over `streams` Cas.Write streams, then its index
+ * unless the server has it (role push). stats nullable. */
+int st_client_push_layer(st_client *c, st_store *store, const st_digest *layer, unsigned streams,
+                         st_transfer_stats *stats, st_error *err);
+
+/* ---- builds (docs/BUILDS.md; role build for submit and cancel) ---- */
+
+/* Builds.Submit of a request whose context (if any) is already on the
+ * server. id_out gets "sha256:<hex>"; existing_out (nullable) whether an
+ * identical submission existed. A recipe the server finds invalid is
+ * ST_EINVAL (INVALID_ARGUMENT) with its "FILE:LINE:COL: ..." message. */
+int st_client_build_submit(st_client *c, const st_build_request *req, char id_out[72],
+                           bool *existing_out, st_error *err);
+
+/* Called for each Watch message: a state (info, with ev NULL) or a layer or
+ * log event (ev, with info NULL). Both borrowed for the call. A non-zero
+ * return stops the watch and is returned. */
+typedef int (*st_client_watch_fn)(const st_build_info *info, const st_bevent *ev, void *ud);
+/* Builds.Watch until the build ends (or fn stops it). The last state is
+ * left in *final_out (nullable; st_build_info_free). The call is subject to
+ * the client's deadline: ST_ETIMEOUT means the build is still going. */
+int st_client_build_watch(st_client *c, const char *id, st_client_watch_fn fn, void *ud,
+                          st_build_info **final_out, st_error *err);
+/* Builds.Get / Builds.Cancel: the build's record (st_build_info_free). Only
+ * the fields the API carries are set: id, state, recipe name, submitted and
+ * finished (whole seconds), error, images. */
+int st_client_build_get(st_client *c, const char *id, st_build_info **out, st_error *err);
+int st_client_build_cancel(st_client *c, const char *id, st_build_info **out, st_error *err);
+/* Builds.List, oldest first (st_build_infos_free). */
+int st_client_build_list(st_client *c, st_build_info ***out, size_t *n_out, st_error *err);

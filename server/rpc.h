@@ -67,6 +67,7 @@ typedef struct {
   unsigned max_streams;      /* concurrent calls per client connection; 0: 32 */
   double grace_seconds;      /* shutdown grace period; < 0: 10 s */
   bool access_log;           /* one stderr line per call */
+  unsigned builds;           /* builds run at the same time (0: 1) */
 } st_server_config;
 
 /* Opens the store, reads the tokens, binds the port and registers every
@@ -101,6 +102,9 @@ void st_server_gauge(st_server *srv, const char *name, uint64_t value);
 void st_server_counters(st_server *srv, void (*fn)(const char *name, uint64_t v, void *ud),
                         void *ud);
 double st_server_uptime(const st_server *srv);
+/* True once st_server_stop has begun: long-running handlers (streams that wait
+ * for events) should end their call. */
+bool st_server_stopping(const st_server *srv);
 
 /* Receives the next request message into *out (free with
  * protobuf_c_message_free_unpacked). Returns 1 with a message, 0 at the end

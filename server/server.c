@@ -151,6 +151,8 @@ int st_server_port(const st_server *srv) { return srv->port; }
 st_server *st_rpc_server(st_rpc_call *c) { return c->srv; }
 const char *st_rpc_peer(const st_rpc_call *c) { return c->peer ? c->peer : "?"; }
 const char *st_rpc_identity(const st_rpc_call *c) { return c->identity; }
+bool st_server_stopping(const st_server *srv) { return atomic_load(&srv->stopping); }
+
 bool st_rpc_canceled(const st_rpc_call *c) { return c->failed || (c->close_done && c->close_canceled); }
 
 int st_server_add_service(st_server *srv, const char *name, const st_rpc_method *methods,
@@ -440,7 +442,7 @@ static grpc_server_credentials *make_creds(const st_server_config *cfg, st_error
 
 static int (*const service_registrars[])(st_server *srv, st_error *err) = {
     st_svc_capabilities_register, st_svc_cas_register, st_svc_images_register,
-    st_svc_status_register,
+    st_svc_status_register, st_svc_builds_register,
 };
 
 int st_server_new(st_server **out, const st_server_config *cfg, st_error *err) {

@@ -9,3 +9,4 @@ int st_svc_capabilities_register(st_server *srv, st_error *err);
 int st_svc_cas_register(st_server *srv, st_error *err);
 int st_svc_images_register(st_server *srv, st_error *err);
 int st_svc_status_register(st_server *srv, st_error *err);
+int st_svc_builds_register(st_server *srv, st_error *err);
