@@ -120,3 +120,9 @@ const char *st_rpc_peer(const st_rpc_call *c);
 /* The token name of the caller, or "-" without auth. */
 const char *st_rpc_identity(const st_rpc_call *c);
 bool st_rpc_canceled(const st_rpc_call *c);
+/* Waits up to timeout_ms while gRPC makes progress on this worker's queue: a
+ * handler that waits for something other than its call (e.g. build events)
+ * calls this instead of sleeping, so that connections this worker polls stay
+ * served and a client that went away is noticed. True once the call is
+ * cancelled or the client gone. */
+bool st_rpc_wait(st_rpc_call *c, int timeout_ms);

@@ -189,6 +189,19 @@ static bool wait_tag(st_rpc_call *c, void *tag) {
   }
 }
 
+bool st_rpc_wait(st_rpc_call *c, int timeout_ms) {
+  gpr_timespec until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                    gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
+  while (!c->failed && !c->close_done) {
+    grpc_event ev = grpc_completion_queue_next(c->w->cq, until, NULL);
+    if (ev.type != GRPC_OP_COMPLETE)
+      break; /* the time is up */
+    if (ev.tag == &c->close_tag)
+      c->close_done = true; /* the only tag that can come while no batch runs */
+  }
+  return st_rpc_canceled(c);
+}
+
 static bool run_batch(st_rpc_call *c, const grpc_op *ops, size_t n) {
   if (c->failed)
     return false;

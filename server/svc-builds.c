@@ -17,9 +17,9 @@
 #include "queue.h"
 #include "svc-private.h"
 
-/* How long a Watch waits for events before it looks whether the client or the
- * server went away. */
-#define WATCH_POLL_MS 500
+/* A Watch without news lets gRPC work on its worker for this long at a time
+ * (st_rpc_wait), then looks for events again. */
+#define WATCH_POLL_MS 100
 /* A Watch sends the build's state again after this long without events, so
  * that a client that went away is noticed. */
 #define WATCH_HEARTBEAT_S 15.0
@@ -410,11 +410,11 @@ static int watch(st_rpc_call *c, void *ud, st_error *err) {
   while (r == ST_OK && !done) {
     if (st_server_stopping(b->srv))
       return st_error_set(err, ST_EUNAVAIL, "the server is shutting down");
-    if (st_rpc_canceled(c))
-      return st_error_set(err, ST_ECANCELED, "client went away");
     st_bevent *v = NULL;
     size_t n = 0;
-    r = st_build_queue_events(b->q, &id, after, WATCH_POLL_MS, &v, &n, &done, err);
+    r = st_build_queue_events(b->q, &id, after, 0, &v, &n, &done, err);
+    if (r == ST_OK && n == 0 && !done && st_rpc_wait(c, WATCH_POLL_MS))
+      return st_error_set(err, ST_ECANCELED, "client went away");
     for (size_t i = 0; i < n && r == ST_OK; i++) {
       r = v[i].kind == ST_BEV_STATE && !st_build_state_final(v[i].state)
               ? send_state(c, b->q, &id, false, err)
