@@ -201,7 +201,8 @@ static int collect(const st_recipe *r, st_recipe_instance **v, size_t n, struct 
                                 "to a build server; write it relative to the recipe",
                                 src->recipe_file, src->loc.line, src->loc.col, ly->name,
                                 src->rel_paths[p]);
-          int rc = items_add(it, src->paths[p], src->kind == ST_SOURCE_DIR, err);
+          int rc = items_add(it, src->paths[p],
+                             src->kind == ST_SOURCE_DIR || src->kind == ST_SOURCE_OCI, err);
           if (rc < 0)
             return rc;
         }

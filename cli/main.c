@@ -24,14 +24,10 @@ static const char usage[] =
     "  serve [--listen ADDR]        run the gRPC server on the store (docs/API.md)\n"
     "  push|pull IMAGE --server A   send or fetch an image, only the missing chunks\n"
     "  token add FILE NAME ROLE     create a server token (printed once, stored hashed)\n"
-    "  publish IMAGE --oci DIR[:TAG] | --registry HOST/REPO:TAG   publish as an OCI image
-"
-    "  submit RECIPE --server A     build a recipe on the server and follow it (docs/BUILDS.md)
-"
-    "  builds [ID] --server A       list the server's builds, or show one
-"
-    "  cancel ID --server A         cancel a build
-"
+    "  publish IMAGE --oci DIR[:TAG] | --registry HOST/REPO:TAG   publish as an OCI image\n"
+    "  submit RECIPE --server A     build a recipe on the server and follow it (docs/BUILDS.md)\n"
+    "  builds [ID] --server A       list the server's builds, or show one\n"
+    "  cancel ID --server A         cancel a build\n"
     "  version                      print the version\n"
     "\n"
     "Every command takes --store DIR (default: $STRATA_STORE, else a per-user\n"
