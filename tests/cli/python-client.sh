@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # The independent Python client (tests/server/client.py: Debian's
 # python3-grpcio, stubs generated here from proto/*.proto) calls every RPC of
-# the server, auth failures and bad input included; then `strata pull` of the
+# the server (Builds too), auth failures and bad input included; then `strata pull` of the
 # image it built from scratch exports the file it uploaded, byte-identical.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/remote-lib.sh"
@@ -23,9 +23,12 @@ expect_ok "$STRATA" token add "$T/tokens" reader pull
 TOK_PULL=$(cat "$T/out")
 expect_ok "$STRATA" token add "$T/tokens" ci push
 TOK_PUSH=$(cat "$T/out")
+expect_ok "$STRATA" token add "$T/tokens" builder build
+TOK_BUILD=$(cat "$T/out")
 serve_start s "$T/srv" --tokens "$T/tokens"
 
-expect_ok "$PY" "$SRCDIR/tests/server/client.py" "$T/stubs" "$s_ADDR" "$TOK_PULL" "$TOK_PUSH" "$T/work"
+expect_ok "$PY" "$SRCDIR/tests/server/client.py" "$T/stubs" "$s_ADDR" "$TOK_PULL" "$TOK_PUSH" "$T/work" \
+  "$TOK_BUILD"
 cat "$T/out"
 D=$(cat "$T/work/py-image")
 STRATA_TOKEN=$TOK_PULL expect_ok "$STRATA" --store "$T/b" pull py:v1 --server "$s_ADDR"

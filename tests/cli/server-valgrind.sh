@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # `strata serve` under valgrind memcheck (with tests/server/grpc.supp for
 # gRPC's own globals): push, pull, auth failures, an unknown image, random
-# bytes to the port, a client killed mid-stream, then SIGTERM: no invalid
+# bytes to the port, a client killed mid-stream, a build submitted and
+# followed, then SIGTERM: no invalid
 # access and no definite leak of ours (threads gRPC leaves running at exit
 # show as "possibly lost" and are not counted). The push and pull clients
 # run under valgrind too.
@@ -19,6 +20,12 @@ A=$T/a
 make_image "$A" "$T/img" demo:v1 3
 expect_ok "$STRATA" token add "$T/tokens" ci push
 TOK=$(cat "$T/out")
+expect_ok "$STRATA" token add "$T/tokens" builder build
+TOKB=$(cat "$T/out")
+mkdir -p "$T/ctx/in"
+echo "built under valgrind" >"$T/ctx/in/f"
+printf 'image: vg\nlayers:\n  - name: l\n    sources:\n      - file: ./in/f\n' >"$T/ctx/r.yaml"
+printf 'image: vg\nlayers:\n  - name: l\n    bogus: 1\n' >"$T/ctx/bad.yaml"
 
 "${VG[@]}" --log-file="$T/vg-server.log" "$STRATA" --store "$T/srv" serve --listen 127.0.0.1:0 \
   --tokens "$T/tokens" --workers 3 >"$T/s.log" 2>&1 &
@@ -53,6 +60,13 @@ wait_until 120 bash -c "[ -n \"\$(find '$T/srv/tmp' -type f 2>/dev/null | head -
 kill -9 "$ppid" 2>/dev/null || true
 wait "$ppid" 2>/dev/null || true
 vgc 0 --store "$A" push demo:big --server "$ADDR" --token "$TOK"
+# a build: context upload, Submit, Watch to the end; an invalid recipe; Get and List
+vgc 0 --store "$T/c" submit "$T/ctx/r.yaml" --server "$ADDR" --token "$TOKB"
+grep -q '^vg:latest sha256:' "$T/out" || fail "no image from the build: $(cat "$T/out")"
+BID=$(sed -n 's/^build \(sha256:[0-9a-f]*\).*/\1/p' "$T/out")
+vgc 2 --store "$T/c" submit "$T/ctx/bad.yaml" --server "$ADDR" --token "$TOKB"
+vgc 0 builds "$BID" --server "$ADDR" --token "$TOKB"
+vgc 0 builds --server "$ADDR" --token "$TOKB"
 kill -TERM "$spid"
 src=0
 wait "$spid" || src=$?

@@ -5,7 +5,11 @@ every RPC of Capabilities, Cas, Images and Status, including auth failures
 and bad input, and builds an image from scratch (chunks, layer index,
 manifest, tag) that the shell test then pulls with `strata pull`.
 
-usage: client.py STUBS_DIR ADDR PULL_TOKEN PUSH_TOKEN WORKDIR
+usage: client.py STUBS_DIR ADDR PULL_TOKEN PUSH_TOKEN WORKDIR [BUILD_TOKEN]
+
+With BUILD_TOKEN it also calls every RPC of Builds: a recipe that reads no
+file is submitted, resubmitted, watched, got, listed and cancelled, and bad
+submissions and roles fail with the right status.
 """
 import hashlib
 import os
@@ -19,6 +23,7 @@ import strata_pb2 as pb  # noqa: E402
 import strata_pb2_grpc as rpc  # noqa: E402
 
 ADDR, PULL, PUSH, WORK = sys.argv[2:6]
+BUILD = sys.argv[6] if len(sys.argv) > 6 else None
 CHECKS = 0
 
 
@@ -245,11 +250,68 @@ def main():
                 lambda: ch.unary_unary("/strata.v1.Nothing/Here")(b"", metadata=md(PULL)),
                 "unknown method")
 
+    if BUILD:
+        check_builds(ch)
+
     with open(os.path.join(WORK, "py-image"), "w") as f:
         f.write("sha256:" + image.hex() + "\n")
     with open(os.path.join(WORK, "py-content"), "wb") as f:
         f.write(content)
     print("python client: %d checks passed" % CHECKS)
+
+
+def check_builds(ch):
+    builds = rpc.BuildsStub(ch)
+    text = "image: pyb\ntag: v1\nlayers:\n  - name: gone\n    delete: [/gone]\n"
+    req = pb.SubmitRequest(recipe=text, recipe_name="py/r.yaml")
+    for tok, what in ((PULL, "pull"), (PUSH, "push")):
+        expect_code(grpc.StatusCode.PERMISSION_DENIED,
+                    lambda: builds.Submit(req, metadata=md(tok)), "Submit with a %s token" % what)
+    expect_code(grpc.StatusCode.UNAUTHENTICATED, lambda: builds.Submit(req), "Submit, no token")
+    bad = pb.SubmitRequest(recipe="image: pyb\nlayers:\n  - name: l\n    bogus: 1\n",
+                           recipe_name="py/r.yaml")
+    expect_code(grpc.StatusCode.INVALID_ARGUMENT,
+                lambda: builds.Submit(bad, metadata=md(BUILD)), "Submit invalid", "py/r.yaml:4:5:")
+    wrong = pb.SubmitRequest(recipe=text, recipe_name="py/r.yaml",
+                             inputs=[pb.BuildInput(name="x", kind=pb.OBJECT_KIND_CHUNK,
+                                                   digest=b"\0" * 32)])
+    expect_code(grpc.StatusCode.INVALID_ARGUMENT,
+                lambda: builds.Submit(wrong, metadata=md(BUILD)), "Submit other input", "context")
+    gone = pb.SubmitRequest(recipe=text, recipe_name="py/r.yaml",
+                            inputs=[pb.BuildInput(name="context", kind=pb.OBJECT_KIND_INDEX,
+                                                  digest=b"\1" * 32)])
+    expect_code(grpc.StatusCode.NOT_FOUND,
+                lambda: builds.Submit(gone, metadata=md(BUILD)), "Submit unknown context")
+    r = builds.Submit(req, metadata=md(BUILD))
+    check(r.build_id.startswith("sha256:") and not r.existing, "Submit: %s" % r)
+    again = builds.Submit(req, metadata=md(BUILD))
+    check(again.build_id == r.build_id and again.existing, "Submit again: %s" % again)
+    events = list(builds.Watch(pb.WatchRequest(build_id=r.build_id), metadata=md(PULL)))
+    check(events[0].WhichOneof("event") == "build", "Watch starts with the state")
+    last = events[-1].build
+    check(last.state == pb.BUILD_STATE_SUCCEEDED, "Watch ends with success: %s" % last)
+    check([(i.name, i.tag) for i in last.images] == [("pyb", "v1")], "images: %s" % last)
+    layers = [e.layer for e in events if e.WhichOneof("event") == "layer"]
+    check(any(x.layer == "gone" and x.state in (pb.LAYER_STATE_DONE, pb.LAYER_STATE_CACHED)
+              and len(x.digest) == 32 for x in layers), "Watch layers: %s" % layers)
+    info = builds.Get(pb.GetBuildRequest(build_id=r.build_id), metadata=md(PULL))
+    check(info.state == pb.BUILD_STATE_SUCCEEDED and info.recipe_name == "py/r.yaml" and
+          len(info.layers) == 1 and info.finished_unix >= info.submitted_unix > 0, "Get: %s" % info)
+    listed = builds.List(pb.ListBuildsRequest(), metadata=md(PULL)).builds
+    check(any(b.build_id == r.build_id for b in listed), "List")
+    none = builds.List(pb.ListBuildsRequest(state=pb.BUILD_STATE_RUNNING), metadata=md(PULL))
+    check(all(b.state == pb.BUILD_STATE_RUNNING for b in none.builds), "List by state")
+    expect_code(grpc.StatusCode.PERMISSION_DENIED,
+                lambda: builds.Cancel(pb.CancelBuildRequest(build_id=r.build_id),
+                                      metadata=md(PULL)), "Cancel with a pull token")
+    c = builds.Cancel(pb.CancelBuildRequest(build_id=r.build_id), metadata=md(BUILD))
+    check(c.state == pb.BUILD_STATE_SUCCEEDED, "Cancel of a finished build changes nothing")
+    expect_code(grpc.StatusCode.NOT_FOUND,
+                lambda: builds.Get(pb.GetBuildRequest(build_id="sha256:" + "0" * 64),
+                                   metadata=md(PULL)), "Get unknown build")
+    expect_code(grpc.StatusCode.INVALID_ARGUMENT,
+                lambda: builds.Get(pb.GetBuildRequest(build_id="nope"), metadata=md(PULL)),
+                "Get malformed id")
 
 
 main()
