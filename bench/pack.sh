@@ -35,12 +35,9 @@ set -euo pipefail
 export LC_ALL=C
 
 prog=bench/pack.sh
-die() { printf '\n%s: FAILED: %s\n' "$prog" "$*" >&2; exit 1; }
-say() { printf '%s\n' "$*" >&2; }
-step() { printf '\n== %s\n' "$*" >&2; }
-
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 repo=$(dirname "$here")
+. "$here/lib.sh"
 fixtures=$repo/tests/fixtures
 
 # --- package set -----------------------------------------------------------
@@ -70,107 +67,21 @@ n_new=5        # new files of 1 MiB random data
 seed=strata-bench-v2
 
 # --- work dir --------------------------------------------------------------
-work=${BENCH_WORK:-/var/tmp/strata-bench}
-[[ $work == /* ]] || die "BENCH_WORK must be an absolute path, not '$work'"
-work=${work%/}
-[[ -n $work && $work != / ]] || die "BENCH_WORK must not be /"
-case "$work/" in "$repo"/*) die "BENCH_WORK ($work) must be outside the repository" ;; esac
+bench_work_dir /var/tmp/strata-bench
 
 # --- tools -----------------------------------------------------------------
 step "tools"
-need=()
-for pair in casync:casync ostree:ostree zstd:zstd tar:tar openssl:openssl diff:diffutils \
-  dpkg-deb:dpkg flock:util-linux; do
-  command -v "${pair%%:*}" >/dev/null || need+=("${pair#*:}")
-done
-[[ -x /usr/bin/time ]] || need+=(time)
-if [[ ${#need[@]} -gt 0 ]]; then
-  [[ $(id -u) -eq 0 ]] || die "missing packages (${need[*]}); run as root so they can be installed"
-  say "installing: ${need[*]}"
-  apt-get update -qq >&2 || die "apt-get update failed"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >&2 ||
-    die "apt-get install ${need[*]} failed"
-fi
-[[ $(id -u) -eq 0 ]] || die "run as root (the trees are owned by root and unpacked with their owners)"
-
-# build_strata SRC BUILDDIR: release build (configured once, then brought up to date).
-build_strata() {
-  if [[ ! -f $2/build.ninja ]]; then
-    command -v meson >/dev/null && command -v ninja >/dev/null ||
-      die "meson and ninja are needed to build strata (see README), or set STRATA=/path/to/strata"
-    meson setup "$2" "$1" --buildtype=release -Dtests=false >&2 || die "meson setup failed"
-  fi
-  ninja -C "$2" >&2 || die "building strata failed"
-}
-if [[ -n ${STRATA:-} ]]; then
-  [[ -x $STRATA ]] || die "STRATA=$STRATA is not an executable"
-  strata_rev="given binary"
-elif [[ -n ${BENCH_REV:-} ]]; then
-  # A committed revision, exported from git and built outside the work tree.
-  full_rev=$(git -C "$repo" rev-parse --verify "$BENCH_REV^{commit}") || die "no commit '$BENCH_REV'"
-  strata_rev=${full_rev:0:12}
-  src=$work/src/$strata_rev
-  if [[ ! -f $src/.exported ]]; then
-    rm -rf -- "$src"
-    mkdir -p "$src"
-    git -C "$repo" archive "$full_rev" | tar -x -C "$src" || die "git archive $full_rev failed"
-    touch "$src/.exported"
-  fi
-  build_strata "$src" "$src/build"
-  STRATA=$src/build/cli/strata
-else
-  build_strata "$repo" "$repo/build-bench"
-  STRATA=$repo/build-bench/cli/strata
-  strata_rev=$(git -C "$repo" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-  git -C "$repo" diff --quiet HEAD -- 2>/dev/null || strata_rev+=" + uncommitted changes"
-fi
-export STRATA_PROGRESS=0
-say "strata: $STRATA ($("$STRATA" version), $strata_rev)"
+bench_tools "the trees are owned by root and unpacked with their owners" casync:casync \
+  ostree:ostree zstd:zstd tar:tar openssl:openssl diff:diffutils dpkg-deb:dpkg flock:util-linux
+bench_strata
 say "casync: $(casync --version | head -1); ostree: $(ostree --version | grep -m1 Version | tr -d \"\' ); $(zstd --version); $(tar --version | head -1)"
 
 # --- helpers ---------------------------------------------------------------
-# Sum of apparent sizes of the regular files under the given paths.
-file_bytes() { find "$@" -type f -printf '%s\n' 2>/dev/null | awk '{s += $1} END {printf "%d\n", s}'; }
 du_b() { du -sb "$1" | cut -f1; }
-# awk arithmetic: calc EXPR
-calc() { awk "BEGIN {printf \"%s\n\", $1}"; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2f\n", a / b; else print "n/a"}'; }
-mb() { awk -v a="$1" 'BEGIN {printf "%.1f\n", a / 1e6}'; }
 mbps() { awk -v a="$1" -v s="$2" 'BEGIN {if (s > 0) printf "%.0f\n", a / 1e6 / s; else print "n/a"}'; }
-now_ns() { date +%s%N; }
 
 repeat=${BENCH_REPEAT:-3}
 [[ $repeat =~ ^[1-9][0-9]*$ ]] || die "BENCH_REPEAT must be a positive number, not '$repeat'"
-
-# Per key: WALL = fastest wall seconds, CPU = "user/sys" seconds of that run,
-# RSS = its peak MiB, RUNS = every wall time.
-declare -A WALL CPU RSS RUNS
-# measure KEY CMD...: runs CMD after a sync (so no earlier write-back lands in
-# its time), keeps stdout/stderr in $logs/KEY.rREP.{out,err}, and records the
-# run. Fails the bench if CMD fails. $rep names the repetition.
-measure() {
-  local key=$1 t0 t1 rc=0 f
-  shift
-  f=$logs/$key.r$rep
-  sync
-  t0=$(now_ns)
-  /usr/bin/time -f '%U %S %M' -o "$f.time" "$@" >"$f.out" 2>"$f.err" || rc=$?
-  t1=$(now_ns)
-  if [[ $rc -ne 0 ]]; then
-    tail -n 20 "$f.err" >&2
-    die "$key exited with status $rc: $*"
-  fi
-  local u s m w
-  read -r u s m < <(tail -n 1 "$f.time")
-  w=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f\n", (b - a) / 1e9}')
-  RUNS[$key]="${RUNS[$key]:+${RUNS[$key]} }$w"
-  if [[ -z ${WALL[$key]:-} ]] || awk -v a="$w" -v b="${WALL[$key]}" 'BEGIN {exit !(a < b)}'; then
-    WALL[$key]=$w
-    CPU[$key]=$(printf '%.1f/%.1f' "$u" "$s")
-    RSS[$key]=$((m / 1024))
-  fi
-  say "  $(printf '%-18s' "$key") $w s wall, $u s user, $s s sys, $((m / 1024)) MiB max rss"
-}
 
 # Deterministic pseudo-random bytes: rand_bytes SEED N
 rand_bytes() {
@@ -389,7 +300,6 @@ say "  removing the unpacked trees"
 rm -rf -- "$U"
 
 # --- results ---------------------------------------------------------------
-met() { awk -v a="$1" -v b="$2" 'BEGIN {print (a <= b) ? "MET" : "MISSED"}'; }
 t_strata=${WALL[strata_pack]} t_tar=${WALL[tar_zstd]}
 tgt_time=$(calc "1.2 * $t_tar")
 tgt_bytes=$(calc "1.15 * $tar_v1")
