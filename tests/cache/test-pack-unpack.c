@@ -234,6 +234,61 @@ static void test_special_files_skipped(void **state) {
   st_store_free(s);
 }
 
+/* An overlayfs upper directory: a 0:0 character device is a whiteout, an
+ * opaque directory keeps its flag, the overlay's xattrs are not recorded;
+ * without overlay_upper the device is skipped. finish without a digest
+ * stores no index. Needs root (mknod, trusted.* xattrs). */
+static void test_overlay_upper(void **state) {
+  struct fx *f = *state;
+  if (geteuid() != 0)
+    skip();
+  char up[PATH_MAX];
+  snprintf(up, sizeof up, "%s/upper", f->dir);
+  tu_write(up, "etc/new", "n\n", 2);
+  tu_write(up, "opq/inner", "i\n", 2);
+  if (tu_sh("cd %s && mknod etc/gone c 0 0 && setfattr -n trusted.overlay.opaque -v y opq && "
+            "setfattr -n trusted.overlay.origin -v 0x00 etc/new && "
+            "setfattr -n trusted.overlay.impure -v y etc && "
+            "setfattr -n user.keep -v v etc/new",
+            up) != 0)
+    skip(); /* no setfattr, or a file system without xattrs */
+  st_store *s = open_store(f->store);
+  st_error err = {0};
+  st_layer_writer *w = NULL;
+  assert_int_equal(st_layer_writer_new(&w, s, 2, &err), 0);
+  st_pack_opts po = {.overlay_upper = 1};
+  assert_int_equal(st_layer_pack_dir(w, up, &po, &err), 0);
+  st_layer_index *idx = NULL;
+  assert_int_equal(st_layer_writer_finish(w, NULL, &idx, &err), 0);
+  st_layer_writer_free(w);
+  const st_entry *e = st_layer_index_find(idx, "etc/gone");
+  assert_non_null(e);
+  assert_int_equal(e->type, ST_ENTRY_WHITEOUT);
+  e = st_layer_index_find(idx, "opq");
+  assert_non_null(e);
+  assert_true(e->opaque);
+  assert_false(st_layer_index_find(idx, "etc")->opaque);
+  assert_int_equal(st_layer_index_find(idx, "etc")->n_xattrs, 0);
+  e = st_layer_index_find(idx, "etc/new");
+  assert_int_equal(e->n_xattrs, 1);
+  assert_string_equal(e->xattrs[0].name, "user.keep");
+  st_layer_index_free(idx);
+  /* the index was not stored; the chunks were */
+  assert_int_equal(tu_sh("test -z \"$(find %s/indexes -type f)\"", f->store), 0);
+  assert_int_equal(tu_sh("test -n \"$(find %s/chunks -type f)\"", f->store), 0);
+  /* an ordinary pack skips the device and records every xattr */
+  st_digest d;
+  st_pack_stats ps;
+  assert_int_equal(pack(s, up, &d, &ps, &err), 0);
+  assert_int_equal(ps.skipped, 1);
+  assert_int_equal(st_layer_index_load(&idx, s, &d, &err), 0);
+  assert_null(st_layer_index_find(idx, "etc/gone"));
+  assert_false(st_layer_index_find(idx, "opq")->opaque);
+  assert_int_equal(st_layer_index_find(idx, "opq")->n_xattrs, 1);
+  st_layer_index_free(idx);
+  st_store_free(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_roundtrip_exact, setup, teardown),
@@ -242,6 +297,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_corrupt_chunk_named_and_dest_absent, setup, teardown),
       cmocka_unit_test_setup_teardown(test_refuses_symlink_in_dest, setup, teardown),
       cmocka_unit_test_setup_teardown(test_special_files_skipped, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_overlay_upper, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
