@@ -89,7 +89,7 @@ enum { STAGE_MOUNT = 1, STAGE_EXEC = 2 };
  * mounted at ov->merged. Only system calls (we are a fork of a threaded
  * process). */
 static int child_mount(const struct st_run_overlay_mount *ov) {
-  if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+  if (unshare(CLONE_NEWNS) < 0 || mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) < 0)
     return -1;
   if (mount("overlay", ov->merged, "overlay", 0, ov->options) == 0)
     return 0;

@@ -65,4 +65,33 @@ flip_byte "$chunk" 20
 vg 1 --store "$S" layer unpack -j 2 "$d" "$T/dest2"
 [ ! -e "$T/dest2" ] || fail "failed unpack left $T/dest2"
 vg 1 --store "$S" store fsck -j 2
+
+# a build with run steps (over an overlay, and on the whole tree), and a
+# failing run step
+if command -v bwrap >/dev/null; then
+  B=$T/b
+  mkdir -p "$B/rootfs/bin"
+  for b in sh rm; do
+    cp -L "/bin/$b" "$B/rootfs/bin/$b"
+    for lib in $(ldd "/bin/$b" | grep -o '/[^ ]*'); do
+      mkdir -p "$B/rootfs$(dirname "$lib")"
+      cp -L "$lib" "$B/rootfs$lib"
+    done
+  done
+  printf 'x\n' >"$B/rootfs/gone"
+  cat >"$B/r.yaml" <<'EOF2'
+image: vg
+layers:
+  - name: root
+    sources:
+      - dir: ./rootfs
+  - name: run
+    run: ["echo made > /made; rm /gone"]
+EOF2
+  sed 's/rm \/gone/exit 4/' "$B/r.yaml" >"$B/fail.yaml"
+  export TMPDIR=$T
+  vg 0 --store "$T/bs" build -j 2 "$B/r.yaml"
+  STRATA_RUN_OVERLAY=0 vg 0 --store "$T/bs2" build "$B/r.yaml"
+  vg 1 --store "$T/bs" build "$B/fail.yaml"
+fi
 echo PASS
