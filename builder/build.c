@@ -473,18 +473,23 @@ static int run_dirs_make(struct run_dirs *d, const char *tmpdir, st_error *err) 
 /* Makes upper/work/merged and prepares lower for an overlay run: bwrap's
  * mount points exist in lower, and upper (the root of the merged tree) has
  * the metadata of the composed root. */
-static int overlay_prepare(const struct run_dirs *d, const st_layer_index *tree, st_error *err) {
+static const char *const sandbox_mounts[] = {"proc", "dev", "tmp"};
+
+static int overlay_prepare(const struct run_dirs *d, const st_layer_index *tree, bool *created,
+                           st_error *err) {
   const char *dirs[] = {d->upper, d->work, d->merged};
   for (size_t i = 0; i < ST_ARRAY_SIZE(dirs); i++)
     if (mkdir(dirs[i], 0755) < 0)
       return st_error_errno(err, errno, "mkdir %s", dirs[i]);
-  static const char *const mounts[] = {"proc", "dev", "tmp"};
-  for (size_t i = 0; i < ST_ARRAY_SIZE(mounts); i++) {
+  for (size_t i = 0; i < ST_ARRAY_SIZE(sandbox_mounts); i++) {
     char p[PATH_MAX + 8];
-    snprintf(p, sizeof p, "%s/%s", d->lower, mounts[i]);
+    snprintf(p, sizeof p, "%s/%s", d->lower, sandbox_mounts[i]);
     struct stat st;
-    if (lstat(p, &st) < 0 && mkdir(p, 0755) < 0)
+    if (lstat(p, &st) == 0)
+      continue;
+    if (mkdir(p, 0755) < 0)
       return st_error_errno(err, errno, "mkdir %s", p);
+    created[i] = true;
   }
   const st_entry *r = st_layer_index_find(tree, "");
   if (r && (lchown(d->upper, r->uid, r->gid) < 0 || chmod(d->upper, r->mode & 07777) < 0))
@@ -510,7 +515,8 @@ static int run_commands(struct ctx *c, size_t li, const struct run_dirs *d,
   void *ud[2] = {c, l->name};
   *overlay = false;
   if (overlay_wanted()) {
-    int rc = overlay_prepare(d, tree, err);
+    bool created[ST_ARRAY_SIZE(sandbox_mounts)] = {false};
+    int rc = overlay_prepare(d, tree, created, err);
     if (rc < 0)
       return rc;
     st_run_overlay ov = {d->lower, d->upper, d->work, d->merged};
@@ -520,8 +526,15 @@ static int run_commands(struct ctx *c, size_t li, const struct run_dirs *d,
       *overlay = true;
       return rc;
     }
-    /* nothing ran: no right to mount here */
+    /* nothing ran: no right to mount here. The tree is packed whole now:
+     * the mount points made for the overlay must not end up in it. */
     st_debug("layer '%s': %s; running on the whole tree", l->name, err->msg);
+    for (size_t i = 0; i < ST_ARRAY_SIZE(sandbox_mounts); i++) {
+      char p[PATH_MAX + 8];
+      snprintf(p, sizeof p, "%s/%s", d->lower, sandbox_mounts[i]);
+      if (created[i] && rmdir(p) < 0)
+        return st_error_errno(err, errno, "rmdir %s", p);
+    }
   }
   return st_run_commands(d->lower, l->runs, l->n_runs, env, c->ri->n_env, log_line, ud,
                          c->o->cancel, err);

@@ -162,6 +162,14 @@ STRATA_RUN_OVERLAY=0 STRATA_LOG=debug expect_ok st "$T/store3" build r.yaml
 grep -q 'run (overlay): ' "$T/err" && fail "STRATA_RUN_OVERLAY=0 still used an overlay"
 grep -qx "runner:one $img" "$T/out" || fail "overlay and whole-tree runs differ: $(cat "$T/out")"
 assert_indexes_of_images "$T/store3" runner:one
+# without the right to mount (CAP_SYS_ADMIN dropped) the build falls back to
+# the whole tree by itself, with the same result
+if command -v setpriv >/dev/null; then
+  STRATA_LOG=debug expect_ok setpriv --bounding-set -sys_admin -- "$STRATA" --store "$T/store4" build r.yaml
+  grep -q 'cannot mount the overlay.*running on the whole tree' "$T/err" ||
+    fail "no fallback without CAP_SYS_ADMIN: $(grep -i overlay "$T/err")"
+  grep -qx "runner:one $img" "$T/out" || fail "fallback without CAP_SYS_ADMIN differs: $(cat "$T/out")"
+fi
 # the environment is part of a run layer's key
 sed -i 's/FOO: "bar baz"/FOO: "other"/' r.yaml
 expect_ok st "$S" build r.yaml
