@@ -243,10 +243,32 @@ static int status_error(cl_call *call, st_error *err) {
 }
 
 int cl_call_finish(cl_call *call, int rc, st_error *err) {
-  if (rc < 0 || call->broken)
-    grpc_call_cancel(call->call, NULL); /* no-op when the status is in */
-  grpc_completion_queue_pluck(call->cq, &call->status_tag, gpr_inf_future(GPR_CLOCK_REALTIME),
-                              NULL);
+  /* Our own abort cancels the call. A broken call has its status on the
+   * way (canceling would replace it by CANCELLED), but the status may wait
+   * for the initial metadata to be asked for: ask, wait a little, and only
+   * then cancel. */
+  gpr_timespec inf = gpr_inf_future(GPR_CLOCK_REALTIME);
+  if (rc < 0 && !call->broken) {
+    grpc_call_cancel(call->call, NULL);
+    grpc_completion_queue_pluck(call->cq, &call->status_tag, inf, NULL);
+  } else if (call->broken) {
+    bool asked = false;
+    if (!call->got_initial) {
+      grpc_op op = {.op = GRPC_OP_RECV_INITIAL_METADATA};
+      op.data.recv_initial_metadata.recv_initial_metadata = &call->initial_md;
+      asked = grpc_call_start_batch(call->call, &op, 1, &call->op_tag, NULL) == GRPC_CALL_OK;
+    }
+    gpr_timespec soon = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                     gpr_time_from_millis(3000, GPR_TIMESPAN));
+    if (grpc_completion_queue_pluck(call->cq, &call->status_tag, soon, NULL).type ==
+        GRPC_QUEUE_TIMEOUT) {
+      grpc_call_cancel(call->call, NULL);
+      grpc_completion_queue_pluck(call->cq, &call->status_tag, inf, NULL);
+    }
+    if (asked)
+      grpc_completion_queue_pluck(call->cq, &call->op_tag, inf, NULL);
+  } else
+    grpc_completion_queue_pluck(call->cq, &call->status_tag, inf, NULL);
   /* A status the server sent explains a broken call better than we can. */
   if (call->status != GRPC_STATUS_OK && (rc >= 0 || call->broken || rc == ST_EIO))
     rc = status_error(call, err);
