@@ -103,12 +103,15 @@ int st_client_open(st_client **out, const st_client_config *cfg, st_error *err) 
     st_client_free(c);
     return err->code;
   }
-  grpc_arg args[3] = {
+  /* A busy server may take a while to answer a new connection's handshake:
+   * give each connection attempt up to a minute (gRPC's default is 20 s). */
+  grpc_arg args[4] = {
+      {GRPC_ARG_INTEGER, GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, {.integer = 60000}},
       {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = CLIENT_MAX_MESSAGE}},
       {GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = CLIENT_MAX_MESSAGE}},
       {GRPC_ARG_STRING, GRPC_SSL_TARGET_NAME_OVERRIDE_ARG, {.string = (char *)cfg->tls_server_name}},
   };
-  grpc_channel_args chargs = {cfg->tls_server_name ? 3 : 2, args};
+  grpc_channel_args chargs = {cfg->tls_server_name ? 4 : 3, args};
   c->channel = grpc_channel_create(cfg->target, creds, &chargs);
   grpc_channel_credentials_release(creds);
   if (!c->channel) {
