@@ -15,6 +15,7 @@ enum {
   CLI_EXIT_OK = 0,
   CLI_EXIT_FAIL = 1,  /* the operation failed; the message says why */
   CLI_EXIT_USAGE = 2, /* bad command line */
+  CLI_EXIT_BUSY = 3,  /* the node is locked by another prewarm or gc (--no-wait) */
 };
 
 typedef struct {
@@ -95,3 +96,6 @@ int cmd_publish(cli_ctx *ctx, int argc, char **argv);
 int cmd_submit(cli_ctx *ctx, int argc, char **argv);
 int cmd_builds(cli_ctx *ctx, int argc, char **argv);
 int cmd_cancel(cli_ctx *ctx, int argc, char **argv);
+int cmd_prewarm(cli_ctx *ctx, int argc, char **argv);
+int cmd_env(cli_ctx *ctx, int argc, char **argv);
+int cmd_node(cli_ctx *ctx, int argc, char **argv);

@@ -28,6 +28,10 @@ static const char usage[] =
     "  submit RECIPE --server A     build a recipe on the server and follow it (docs/BUILDS.md)\n"
     "  builds [ID] --server A       list the server's builds, or show one\n"
     "  cancel ID --server A         cancel a build\n"
+    "  prewarm --from-store DIR IMAGE...  bring images onto this node, ready to start\n"
+    "  env run IMAGE [-- CMD]       run a command in a pre-warmed image\n"
+    "  env ls|rm                    list or remove pre-warmed images\n"
+    "  node status|gc               node disk use; free least-recently-used images\n"
     "  version                      print the version\n"
     "\n"
     "Every command takes --store DIR (default: $STRATA_STORE, else a per-user\n"
@@ -98,6 +102,12 @@ int main(int argc, char **argv) {
     rc = cmd_token(&ctx, argc - i, argv + i);
   else if (!strcmp(cmd, "publish"))
     rc = cmd_publish(&ctx, argc - i, argv + i);
+  else if (!strcmp(cmd, "prewarm"))
+    rc = cmd_prewarm(&ctx, argc - i, argv + i);
+  else if (!strcmp(cmd, "env"))
+    rc = cmd_env(&ctx, argc - i, argv + i);
+  else if (!strcmp(cmd, "node"))
+    rc = cmd_node(&ctx, argc - i, argv + i);
   else if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
     printf("strata %s\n", STRATA_VERSION);
     rc = CLI_EXIT_OK;
