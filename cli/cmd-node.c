@@ -44,7 +44,7 @@ typedef struct {
   const char **env;
   size_t n_env;
   const char *workdir;
-  bool bad_value;
+  bool bad_value, bad_file;
   const char *usage;
 } node_opts;
 
@@ -98,7 +98,7 @@ static int extra_opt(int c, const char *arg, void *ud) {
   case OPT_KEEP: return push_image(o, arg) < 0 ? -1 : 0;
   case OPT_IMAGES_FROM:
     if (read_images_file(o, arg) < 0)
-      o->bad_value = true;
+      o->bad_file = true;
     return 0;
   case OPT_JSON: o->json = true; return 0;
   case OPT_NO_WAIT: o->no_wait = true; return 0;
@@ -142,6 +142,8 @@ static int parse(cli_ctx *ctx, int argc, char **argv, const struct option *opts,
   int rc = cli_parse_opts(ctx, argc, argv, opts, usage, extra_opt, o);
   if (rc == CLI_EXIT_OK && o->bad_value)
     rc = CLI_EXIT_USAGE;
+  if (rc == CLI_EXIT_OK && o->bad_file)
+    rc = CLI_EXIT_FAIL;
   return rc;
 }
 
