@@ -133,8 +133,22 @@ static int copy_chunks(copy_ctx *c, chunk_job *jobs, size_t n, st_copy_stats *st
   int rc = st_pool_new(&pool, c->opts->threads, 0, err);
   if (rc < 0)
     return rc;
-  for (size_t i = 0; i < n; i++)
+  /* Publish what arrived at least every second (or 64 MiB): a killed copy
+   * keeps what it verified, and a re-run does not fetch it again. */
+  double last = st_now();
+  uint64_t flushed = 0;
+  for (size_t i = 0; i < n; i++) {
     st_pool_submit(pool, chunk_task, &jobs[i]);
+    if ((i + 1) % 32 == 0 && (st_now() - last >= 1.0 || c->done - flushed >= (64u << 20))) {
+      st_pool_wait(pool);
+      if (c->failed)
+        break;
+      if ((rc = st_store_flush(c->dst, err)) < 0)
+        return rc;
+      last = st_now();
+      flushed = c->done;
+    }
+  }
   st_pool_wait(pool);
   stats->chunks_fetched += n;
   stats->bytes_fetched += c->done;

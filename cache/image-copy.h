@@ -40,7 +40,8 @@ typedef struct {
  * ST_ECORRUPT naming it), then, once they are durable, each layer index,
  * then the manifest: a destination that has an index has its chunks. A
  * failure leaves the destination consistent (whatever was stored is
- * complete and verified); a re-run copies only what is still missing.
+ * complete and verified; chunks are published at least every second);
+ * a re-run copies only what is still missing.
  * stats (nullable) are accumulated into. */
 int st_image_copy(st_store *dst, st_store *src, const st_digest *image, const st_copy_opts *opts,
                   st_copy_stats *stats, st_error *err);

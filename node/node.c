@@ -103,7 +103,7 @@ static pid_t lock_holder(int fd) {
   return r > 0 ? (pid_t)atol(buf) : 0;
 }
 
-/* Staging checkouts of a killed run. */
+/* Staging checkouts (and repo) of a killed run. */
 static void clean_staging(st_node *n) {
   char path[4096];
   snprintf(path, sizeof path, "%s/checkouts", n->dir);
@@ -118,6 +118,14 @@ static void clean_staging(st_node *n) {
   struct dirent *de;
   while ((de = readdir(d)))
     if (strncmp(de->d_name, ".tmp-", 5) == 0)
+      st_remove_tree(dirfd(d), de->d_name, NULL);
+  closedir(d);
+  /* a repo being created when the process died */
+  d = opendir(n->dir);
+  if (!d)
+    return;
+  while ((de = readdir(d)))
+    if (strncmp(de->d_name, "repo.tmp-", 9) == 0)
       st_remove_tree(dirfd(d), de->d_name, NULL);
   closedir(d);
 }

@@ -8,6 +8,7 @@
  * GLib stays in this file; gerr_to_st() is the edge. */
 #include "ostree-repo.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <ostree.h>
 #include <pthread.h>
@@ -18,6 +19,7 @@
 
 #include "layer-index.h"
 #include "pool.h"
+#include "unpack.h"
 
 ST_DEFINE_FREEP(st_pool, st_pool_free)
 
@@ -53,7 +55,8 @@ static int gerr_to_st(st_error *err, GError *gerr, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(prefix, sizeof prefix, fmt, ap);
   va_end(ap);
-  return st_error_set(err, code, "%s: %s", prefix, msg);
+  return st_error_set(err, code, "%s: %s%s", prefix, msg,
+                      code == ST_ENOSPC && !strstr(msg, "No space") ? " (disk full)" : "");
 }
 
 static void ref_name(char *buf, size_t len, const char *prefix, const st_digest *d) {
@@ -68,8 +71,17 @@ int st_ostree_open(st_ostree **out, const char *path, st_error *err) {
   if (stat(path, &st) == 0) {
     repo = ostree_repo_open_at(AT_FDCWD, path, NULL, &gerr);
   } else {
+    /* Created aside and renamed into place: a repo is complete or absent. */
     OstreeRepoMode mode = geteuid() == 0 ? OSTREE_REPO_MODE_BARE : OSTREE_REPO_MODE_BARE_USER_ONLY;
-    repo = ostree_repo_create_at(AT_FDCWD, path, mode, NULL, NULL, &gerr);
+    g_autofree char *tmp = g_strdup_printf("%s.tmp-%ld", path, (long)getpid());
+    g_autoptr(OstreeRepo) fresh = ostree_repo_create_at(AT_FDCWD, tmp, mode, NULL, NULL, &gerr);
+    if (!fresh)
+      return gerr_to_st(err, gerr, "node repo %s", path);
+    g_clear_object(&fresh);
+    if (rename(tmp, path) < 0 && errno != EEXIST && errno != ENOTEMPTY)
+      return st_error_errno(err, errno, "node repo %s", path);
+    st_remove_tree(AT_FDCWD, tmp, NULL); /* lost a race: use the other one */
+    repo = ostree_repo_open_at(AT_FDCWD, path, NULL, &gerr);
   }
   if (!repo)
     return gerr_to_st(err, gerr, "node repo %s", path);
