@@ -15,6 +15,8 @@ PACKAGES=(
   bubblewrap
   # gRPC server and client; the independent Python client of the tests; TLS test certificates
   libgrpc-dev protobuf-compiler protobuf-compiler-grpc python3-grpcio python3-protobuf openssl
+  # the node store (docs/NODE.md): libostree, GLib; ostree (fsck) in tests
+  libostree-dev ostree libglib2.0-dev
   # tests: archives and Debian packages as inputs, xattrs, valgrind
   libcmocka-dev valgrind attr zstd xz-utils bzip2 python3 util-linux procps dpkg-dev
   coreutils findutils diffutils binutils tar gzip
