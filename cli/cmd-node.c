@@ -18,7 +18,6 @@
 enum {
   OPT_NODE_DIR = 0x100,
   OPT_FROM_STORE,
-  OPT_SERVER,
   OPT_IMAGE,
   OPT_IMAGES_FROM,
   OPT_JSON,
@@ -36,7 +35,8 @@ enum {
 typedef struct {
   const char *node_dir;
   char *default_dir;
-  const char *from_store, *server;
+  const char *from_store;
+  cli_remote_opts remote;
   char **images;
   size_t n_images;
   bool json, no_wait, no_gpu;
@@ -90,10 +90,15 @@ static int read_images_file(node_opts *o, const char *path) {
 
 static int extra_opt(int c, const char *arg, void *ud) {
   node_opts *o = ud;
+  int r = cli_remote_opt(&o->remote, c, arg);
+  if (r <= 0) {
+    if (r < 0)
+      o->bad_value = true;
+    return 0;
+  }
   switch (c) {
   case OPT_NODE_DIR: o->node_dir = arg; return 0;
   case OPT_FROM_STORE: o->from_store = arg; return 0;
-  case OPT_SERVER: o->server = arg; return 0;
   case OPT_IMAGE:
   case OPT_KEEP: return push_image(o, arg) < 0 ? -1 : 0;
   case OPT_IMAGES_FROM:
@@ -164,8 +169,9 @@ static void json_str(FILE *f, const char *s) {
 /* ---- prewarm ---------------------------------------------------------------- */
 
 static const char prewarm_usage[] =
-    "strata prewarm (--from-store DIR | --server ADDR) [--image IMAGE]... [--images-from FILE]\n"
-    "              [--node-dir DIR] [--json] [--no-wait] [--max-rate BYTES] [-j N] [IMAGE...]";
+    "strata prewarm (--from-store DIR | --server ADDR [--token T] [--tls-ca PEM] [--streams N])\n"
+    "              [--image IMAGE]... [--images-from FILE] [--node-dir DIR] [--json] [--no-wait]\n"
+    "              [--max-rate BYTES] [-j N] [IMAGE...]";
 
 static void waiting(pid_t holder, void *ud) {
   fprintf(stderr, "strata: waiting for node %s (locked by pid %ld)\n", (const char *)ud,
@@ -186,7 +192,7 @@ static void print_result(const char *ref, const st_prewarm_result *r, int rc, co
            "\"files\": %llu, \"layers\": %llu, \"layers_committed\": %llu, \"seconds\": %.3f",
            hex[0] ? "sha256:" : "", hex, result, (unsigned long long)r->copy.bytes_fetched,
            (unsigned long long)r->copy.bytes_reused, (unsigned long long)r->copy.chunks_fetched,
-           (unsigned long long)r->copy.chunks_needed, (unsigned long long)r->copy.files,
+           (unsigned long long)r->copy.chunks_needed, (unsigned long long)r->files,
            (unsigned long long)r->layers_total, (unsigned long long)r->layers_committed,
            r->seconds);
     if (rc < 0) {
@@ -211,12 +217,12 @@ int cmd_prewarm(cli_ctx *ctx, int argc, char **argv) {
   static const struct option opts[] = {
       NODE_LONGOPT,
       {"from-store", required_argument, NULL, OPT_FROM_STORE},
-      {"server", required_argument, NULL, OPT_SERVER},
       {"image", required_argument, NULL, OPT_IMAGE},
       {"images-from", required_argument, NULL, OPT_IMAGES_FROM},
       {"json", no_argument, NULL, OPT_JSON},
       {"no-wait", no_argument, NULL, OPT_NO_WAIT},
       {"max-rate", required_argument, NULL, OPT_MAX_RATE},
+      CLI_REMOTE_LONGOPTS,
       CLI_COMMON_LONGOPTS};
   _cleanup_(node_opts_free) node_opts o = {0};
   int rc = parse(ctx, argc, argv, opts, prewarm_usage, &o);
@@ -227,16 +233,20 @@ int cmd_prewarm(cli_ctx *ctx, int argc, char **argv) {
       return cli_usage_error(prewarm_usage, "out of memory");
   if (!o.n_images)
     return cli_usage_error(prewarm_usage, "no image given");
-  if (!!o.from_store == !!o.server)
+  if (!!o.from_store == !!o.remote.server)
     return cli_usage_error(prewarm_usage, "give exactly one of --from-store DIR and --server ADDR");
+  if (o.remote.server && o.max_rate)
+    return cli_usage_error(prewarm_usage, "--max-rate works with --from-store only");
   st_error err = {0};
   _cleanup_(st_node_source_freep) st_node_source *src = NULL;
-  if (o.server) {
-    st_error_set(&err, ST_EUNSUPPORTED, "prewarm --server %s: not available in this build",
-                 o.server);
-    return cli_fail(&err);
-  }
-  if (st_node_source_store(&src, o.from_store, &err) < 0)
+  if (o.remote.server) {
+    st_client *client = NULL;
+    if ((rc = cli_remote_open(&o.remote, prewarm_usage, &client)))
+      return rc;
+    unsigned streams = o.remote.streams ? o.remote.streams : cli_threads(ctx);
+    if (st_node_source_server(&src, client, o.remote.server, streams, &err) < 0)
+      return cli_fail(&err);
+  } else if (st_node_source_store(&src, o.from_store, &err) < 0)
     return cli_fail(&err);
   _cleanup_(st_node_freep) st_node *n = NULL;
   if (st_node_open(&n, node_dir(&o), true, &err) < 0)

@@ -55,8 +55,13 @@ int st_node_open(st_node **out, const char *dir, bool create, st_error *err) {
     if (rc < 0)
       return st_error_prefix(err, "node %s", dir);
   }
+  /* absolute: environments chdir into it and bwrap takes paths below it */
+  char *abs = realpath(dir, NULL);
+  if (!abs)
+    return st_error_errno(err, errno, "node %s", dir);
   st_node *n = calloc(1, sizeof *n);
-  if (!n || !(n->dir = strdup(dir))) {
+  if (!n || !(n->dir = abs)) {
+    free(abs);
     free(n);
     return st_error_set(err, ST_ENOMEM, "out of memory");
   }

@@ -90,7 +90,7 @@ typedef struct {
   bool was_ready;       /* nothing to do: commit and checkout existed */
   st_copy_stats copy;   /* what was fetched and reused */
   uint64_t layers_total, layers_committed;
-  uint64_t files;       /* entries of the image's layers */
+  uint64_t files;       /* entries of the layers committed by this run */
   double seconds;
 } st_prewarm_result;
 
@@ -148,3 +148,11 @@ typedef struct {
  * returned as st_error. */
 int st_env_run(st_node *n, const char *ref, const st_env_opts *opts, int *status_out,
                st_error *err);
+
+/* A strata server as the source (consumes client, also on failure): the
+ * client's pull brings the manifest, the indexes the cache lacks and only
+ * the missing chunks over `streams` parallel streams (0: the client's
+ * default). max_rate is not supported by this source. */
+typedef struct st_client st_client;
+int st_node_source_server(st_node_source **out, st_client *client, const char *name,
+                          unsigned streams, st_error *err);

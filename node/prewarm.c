@@ -95,8 +95,10 @@ static int commit_layers(st_node *n, st_ostree *repo, const st_image *img,
     if (rc == 0) {
       st_ostree_layer_stats ls = {0};
       if ((rc = st_ostree_write_layer(repo, st_node_cache(n), &layers[i], opts->threads, &ls,
-                                      err)) == ST_OK)
+                                      err)) == ST_OK) {
         res->layers_committed++;
+        res->files += ls.files;
+      }
     } else if (rc > 0)
       rc = ST_OK;
   }
@@ -121,6 +123,9 @@ static int prewarm(st_node *n, st_node_source *src, const char *ref, const st_pr
   bool have_commit = rc == 1;
   if (have_commit && st_node_has_checkout(n, &res->digest)) {
     res->was_ready = true;
+    _cleanup_(st_image_freep) st_image *img = NULL;
+    if (st_image_load(&img, st_node_cache(n), &res->digest, NULL) == ST_OK)
+      res->layers_total = img->n_layers;
     return record_tag(n, ref, &res->digest, err);
   }
   if (!have_commit) {

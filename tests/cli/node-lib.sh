@@ -75,3 +75,21 @@ ofsck() {
 tree_manifest_nolinks() {
   tree_manifest "$1" | sed -E 's/ nlink=[0-9]+ group=[^ ]+//'
 }
+
+# start_server STORE: strata serve on a free loopback port, stopped at exit;
+# sets $ADDR.
+start_server() {
+  local port i
+  for i in 1 2 3 4 5; do
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    "$STRATA" --store "$1" serve --listen "127.0.0.1:$port" --no-access-log >"$T/serve.log" 2>&1 &
+    SERVER_PID=$!
+    on_exit "kill $SERVER_PID 2>/dev/null || true"
+    ADDR=127.0.0.1:$port
+    if wait_until 10 grep -qs 'listening on' "$T/serve.log"; then
+      return 0
+    fi
+    kill "$SERVER_PID" 2>/dev/null || true
+  done
+  fail "strata serve did not start: $(cat "$T/serve.log")"
+}
