@@ -29,6 +29,7 @@ static const char usage[] =
     "  builds [ID] --server A       list the server's builds, or show one\n"
     "  cancel ID --server A         cancel a build\n"
     "  prewarm --from-store DIR IMAGE...  bring images onto this node, ready to start\n"
+    "  prewarm --server A IMAGE...  bring images onto this node, ready to start\n"
     "  env run IMAGE [-- CMD]       run a command in a pre-warmed image\n"
     "  env ls|rm                    list or remove pre-warmed images\n"
     "  node status|gc               node disk use; free least-recently-used images\n"

@@ -181,7 +181,7 @@ static void setup_overlay(const st_node *n, const char *hex) {
     fprintf(stderr, "strata: error: env run: mount namespace: %s\n", strerror(errno));
     _exit(1);
   }
-  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 || chdir(st_node_dir(n)) < 0 ||
+  if (mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) < 0 || chdir(st_node_dir(n)) < 0 ||
       mount("strata-env", "run", "tmpfs", MS_NODEV | MS_NOSUID, "mode=0755") < 0 ||
       mkdir("run/upper", 0755) < 0 || mkdir("run/work", 0755) < 0 ||
       mkdir("run/root", 0755) < 0) {
