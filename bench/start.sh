@@ -143,15 +143,17 @@ warm_min=$(printf '%s\n' "${warm[@]}" | sort -n | head -n 1)
 torch_warm=$(first_output "$STRATA" env run --node-dir "$N" "$IMG" -- python3 -c 'import torch; print(torch.__version__)')
 X2=$run/extract2
 extract_run() {
-  rm -rf "$X2"
   mkdir -p "$X2"
   for f in "$tars"/layer*.tar.zst; do zstd -q -d <"$f" | tar -C "$X2" --numeric-owner -xpf -; done
   exec bwrap --bind "$X2" / --proc /proc --dev /dev --tmpfs /tmp --unshare-pid /bin/echo started
 }
 export -f extract_run
 export X2 tars
+rm -rf "$X2" # not timed: a fresh node has an empty directory
 drop
 extract_cold=$(first_output bash -c extract_run)
+rm -rf "$X2"
+sync
 extract_warm=$(first_output bash -c extract_run)
 say "env run cold $cold s, warm $warm_min s (runs: ${warm[*]}); extract-then-run cold $extract_cold s, warm $extract_warm s"
 
