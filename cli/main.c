@@ -28,7 +28,6 @@ static const char usage[] =
     "  submit RECIPE --server A     build a recipe on the server and follow it (docs/BUILDS.md)\n"
     "  builds [ID] --server A       list the server's builds, or show one\n"
     "  cancel ID --server A         cancel a build\n"
-    "  prewarm --from-store DIR IMAGE...  bring images onto this node, ready to start\n"
     "  prewarm --server A IMAGE...  bring images onto this node, ready to start\n"
     "  env run IMAGE [-- CMD]       run a command in a pre-warmed image\n"
     "  env ls|rm                    list or remove pre-warmed images\n"
