@@ -248,8 +248,9 @@ static int status_error(cl_call *call, st_error *err) {
 int cl_call_finish(cl_call *call, int rc, st_error *err) {
   /* Our own abort cancels the call. A broken call has its status on the
    * way (canceling would replace it by CANCELLED), but the status may wait
-   * for the initial metadata to be asked for: ask, wait a little, and only
-   * then cancel. */
+   * for the initial metadata to be asked for: ask, wait (generously: on a
+   * loaded machine the status took more than 3 s to arrive), and only then
+   * cancel. */
   gpr_timespec inf = gpr_inf_future(GPR_CLOCK_REALTIME);
   if (rc < 0 && !call->broken) {
     grpc_call_cancel(call->call, NULL);
@@ -262,7 +263,7 @@ int cl_call_finish(cl_call *call, int rc, st_error *err) {
       asked = grpc_call_start_batch(call->call, &op, 1, &call->op_tag, NULL) == GRPC_CALL_OK;
     }
     gpr_timespec soon = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                     gpr_time_from_millis(3000, GPR_TIMESPAN));
+                                     gpr_time_from_millis(30000, GPR_TIMESPAN));
     if (grpc_completion_queue_pluck(call->cq, &call->status_tag, soon, NULL).type ==
         GRPC_QUEUE_TIMEOUT) {
       grpc_call_cancel(call->call, NULL);
