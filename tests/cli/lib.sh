@@ -9,6 +9,8 @@
 #   expect_ok CMD...                 CMD must exit 0
 #   expect_fail CODE PATTERN CMD...  CMD must exit CODE with PATTERN (ERE) on stderr;
 #                                    code 1 also needs exactly one 'strata: error:' line
+#   vg CODE ARGS...                  strata ARGS under valgrind memcheck: no errors, no definite
+#                                    leaks, exit CODE; extra valgrind options in array VG_ARGS
 #   pack STORE TREE [ARGS...]        strata layer pack; prints the digest (checked)
 #   tree_manifest DIR                sorted, exact description of every entry of DIR
 #   assert_same_tree A B             tree_manifest of A and B are identical
@@ -100,6 +102,21 @@ expect_fail() {
 }
 
 DIGEST_RE='^sha256:[0-9a-f]{64}$'
+
+vg() { # EXPECTED-EXIT ARGS...
+  local want=$1
+  shift
+  rc=0
+  G_SLICE=always-malloc G_DEBUG=gc-friendly valgrind --quiet --error-exitcode=99 \
+    --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite \
+    --track-fds=no ${VG_ARGS[@]+"${VG_ARGS[@]}"} --log-file="$T/vg.log" \
+    "$STRATA" "$@" >"$T/out" 2>"$T/err" || rc=$?
+  if [ "$rc" -eq 99 ] || [ -s "$T/vg.log" ]; then
+    cat "$T/vg.log" >&2
+    fail "valgrind reports errors for: strata $*"
+  fi
+  [ "$rc" -eq "$want" ] || fail "strata $*: exit $rc under valgrind, want $want: $(cat "$T/err")"
+}
 
 pack() {
   local store=$1 tree=$2

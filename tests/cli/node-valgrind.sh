@@ -11,21 +11,8 @@ command -v ostree >/dev/null || skip "ostree not installed"
 [ -z "${STRATA_SANITIZED:-}" ] || skip "sanitizer build"
 need_sandbox
 
-supp=()
-[ -f /usr/share/glib-2.0/valgrind/glib.supp ] && supp=(--suppressions=/usr/share/glib-2.0/valgrind/glib.supp)
-vg() { # EXPECTED-EXIT ARGS...
-  local want=$1
-  shift
-  rc=0
-  G_SLICE=always-malloc G_DEBUG=gc-friendly valgrind --quiet --error-exitcode=99 \
-    --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite \
-    --track-fds=no "${supp[@]}" --log-file="$T/vg.log" "$STRATA" "$@" >"$T/out" 2>"$T/err" || rc=$?
-  if [ "$rc" -eq 99 ] || [ -s "$T/vg.log" ]; then
-    cat "$T/vg.log" >&2
-    fail "valgrind reports errors for: strata $*"
-  fi
-  [ "$rc" -eq "$want" ] || fail "strata $*: exit $rc under valgrind, want $want: $(cat "$T/err")"
-}
+VG_ARGS=()
+[ -f /usr/share/glib-2.0/valgrind/glib.supp ] && VG_ARGS=(--suppressions=/usr/share/glib-2.0/valgrind/glib.supp)
 
 W=$T/w
 mkdir -p "$W/app"

@@ -11,19 +11,6 @@ command -v valgrind >/dev/null || skip "valgrind is not installed"
 [ -z "${STRATA_SANITIZED:-}" ] || skip "sanitizer build"
 start_registry
 
-vg() { # EXPECTED-EXIT ARGS...
-  local want=$1
-  shift
-  rc=0
-  valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
-    --show-leak-kinds=definite --track-fds=no --log-file="$T/vg.log" \
-    "$STRATA" "$@" >"$T/out" 2>"$T/err" || rc=$?
-  if [ "$rc" -eq 99 ] || [ -s "$T/vg.log" ]; then
-    cat "$T/vg.log" >&2
-    fail "valgrind reports errors for: strata $*"
-  fi
-  [ "$rc" -eq "$want" ] || fail "strata $*: exit $rc under valgrind, want $want: $(cat "$T/err")"
-}
 
 W=$T/w
 mkdir -p "$W/root/etc" "$W/root/bin"
