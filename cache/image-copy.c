@@ -15,6 +15,7 @@
 #include "image.h"
 #include "layer-index.h"
 #include "pool.h"
+#include "rate.h"
 
 ST_DEFINE_FREEP(st_pool, st_pool_free)
 
@@ -25,30 +26,13 @@ typedef struct {
   st_error err; /* first failure */
   bool failed;
   uint64_t done, total;
-  double next_slot; /* rate limit: monotonic time the next copy may start */
+  st_rate rate;
 } copy_ctx;
 
 typedef struct {
   copy_ctx *c;
   st_digest d;
 } chunk_job;
-
-static void rate_wait(copy_ctx *c, size_t bytes) {
-  if (!c->opts->max_rate)
-    return;
-  pthread_mutex_lock(&c->lock);
-  double now = st_now();
-  if (c->next_slot < now)
-    c->next_slot = now;
-  double start = c->next_slot;
-  c->next_slot += (double)bytes / (double)c->opts->max_rate;
-  pthread_mutex_unlock(&c->lock);
-  if (start > now) {
-    double wait = start - now;
-    struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
-    nanosleep(&ts, NULL);
-  }
-}
 
 /* Copies one object frame; returns its compressed size or a negative code. */
 static int copy_frame(copy_ctx *c, st_kind k, const st_digest *d, uint64_t *flen_out,
@@ -58,7 +42,7 @@ static int copy_frame(copy_ctx *c, st_kind k, const st_digest *d, uint64_t *flen
   int rc = st_store_get_frame(c->src, k, d, &frame, &flen, err);
   if (rc < 0)
     return rc;
-  rate_wait(c, flen);
+  st_rate_wait(&c->rate, flen);
   rc = st_store_put_frame(c->dst, k, d, frame, flen, err);
   if (rc < 0)
     return rc;
@@ -172,6 +156,7 @@ int st_image_copy(st_store *dst, st_store *src, const st_digest *image, const st
   if (rc < 0)
     return rc;
   copy_ctx c = {.dst = dst, .src = src, .opts = opts, .lock = PTHREAD_MUTEX_INITIALIZER};
+  st_rate_init(&c.rate, opts->max_rate);
   st_layer_index **idxs = calloc(img->n_layers + 1, sizeof *idxs);
   st_dset *seen = st_dset_new();
   _cleanup_free_ chunk_job *jobs = NULL;
@@ -222,5 +207,6 @@ out:
   free(idxs);
   st_dset_free(seen);
   pthread_mutex_destroy(&c.lock);
+  st_rate_destroy(&c.rate);
   return rc;
 }

@@ -125,7 +125,8 @@ static int extra_opt(int c, const char *arg, void *ud) {
   case OPT_MAX_RATE:
   case OPT_MAX_BYTES:
     if (cli_parse_size(arg, c == OPT_MAX_RATE ? &o->max_rate : &o->max_bytes) < 0) {
-      fprintf(stderr, "strata: invalid size '%s'\n", arg);
+      fprintf(stderr, "strata: invalid --%s '%s' (bytes, e.g. 50M)\n",
+              c == OPT_MAX_RATE ? "max-rate" : "max-bytes", arg);
       o->bad_value = true;
     }
     return 0;
@@ -235,8 +236,6 @@ int cmd_prewarm(cli_ctx *ctx, int argc, char **argv) {
     return cli_usage_error(prewarm_usage, "no image given");
   if (!!o.from_store == !!o.remote.server)
     return cli_usage_error(prewarm_usage, "give exactly one of --from-store DIR and --server ADDR");
-  if (o.remote.server && o.max_rate)
-    return cli_usage_error(prewarm_usage, "--max-rate works with --from-store only");
   st_error err = {0};
   _cleanup_(st_node_source_freep) st_node_source *src = NULL;
   if (o.remote.server) {

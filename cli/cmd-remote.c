@@ -9,13 +9,14 @@
 #include "cleanup.h"
 #include "cli.h"
 #include "log.h"
+#include "progress.h"
 #include "rpc.h"
 #include "auth.h"
 
 enum {
   OPT_SERVER = 1000, OPT_TOKEN, OPT_TLS_CA, OPT_TLS_CERT, OPT_TLS_KEY, OPT_TLS_NAME,
   OPT_DEADLINE, OPT_STREAMS, OPT_LISTEN, OPT_TLS_CLIENT_CA, OPT_TOKENS, OPT_WORKERS,
-  OPT_MAX_MESSAGE, OPT_MAX_STREAMS, OPT_GRACE, OPT_QUIET_LOG, OPT_BUILDS,
+  OPT_MAX_MESSAGE, OPT_MAX_STREAMS, OPT_GRACE, OPT_QUIET_LOG, OPT_BUILDS, OPT_RATE,
 };
 
 int cli_remote_opt(cli_remote_opts *o, int c, const char *arg) {
@@ -74,6 +75,27 @@ static int remote_extra(int c, const char *arg, void *ud) {
   return r;
 }
 
+typedef struct {
+  cli_remote_opts remote;
+  uint64_t max_rate;
+} transfer_opts;
+
+static int transfer_opt(int c, const char *arg, void *ud) {
+  transfer_opts *o = ud;
+  if (c != OPT_RATE)
+    return remote_extra(c, arg, &o->remote);
+  if (cli_parse_size(arg, &o->max_rate) < 0 || o->max_rate == 0) {
+    fprintf(stderr, "strata: invalid --max-rate '%s' (bytes per second, e.g. 50M)\n", arg);
+    exit(CLI_EXIT_USAGE);
+  }
+  return 0;
+}
+
+static void transfer_progress(uint64_t done, uint64_t total, void *ud) {
+  st_progress_set_total(ud, total);
+  st_progress_update(ud, done);
+}
+
 static void print_stats(const char *verb, const char *ref, const st_digest *d,
                         const st_transfer_stats *s) {
   char hex[ST_DIGEST_HEX_LEN + 1];
@@ -88,13 +110,15 @@ static void print_stats(const char *verb, const char *ref, const st_digest *d,
 }
 
 static int transfer(cli_ctx *ctx, int argc, char **argv, bool pull) {
-  static const struct option opts[] = {CLI_REMOTE_LONGOPTS, CLI_COMMON_LONGOPTS};
+  static const struct option opts[] = {
+      CLI_REMOTE_LONGOPTS, {"max-rate", required_argument, NULL, OPT_RATE}, CLI_COMMON_LONGOPTS};
   const char *usage = pull ? "strata pull IMAGE --server ADDR [--token T] [--tls-ca PEM] "
-                             "[--streams N] [--deadline S] [--store DIR]"
+                             "[--streams N] [--max-rate BYTES] [--deadline S] [--store DIR]"
                            : "strata push IMAGE --server ADDR [--token T] [--tls-ca PEM] "
-                             "[--streams N] [--deadline S] [--store DIR]";
-  cli_remote_opts ro = {0};
-  int rc = cli_parse_opts(ctx, argc, argv, opts, usage, remote_extra, &ro);
+                             "[--streams N] [--max-rate BYTES] [--deadline S] [--store DIR]";
+  transfer_opts to = {0};
+  cli_remote_opts *ro = &to.remote;
+  int rc = cli_parse_opts(ctx, argc, argv, opts, usage, transfer_opt, &to);
   if (rc)
     return rc;
   if (optind + 1 != argc)
@@ -102,7 +126,7 @@ static int transfer(cli_ctx *ctx, int argc, char **argv, bool pull) {
                            argv[optind + (optind < argc)]);
   const char *ref = argv[optind];
   _cleanup_(st_client_freep) st_client *client = NULL;
-  if ((rc = cli_remote_open(&ro, usage, &client)))
+  if ((rc = cli_remote_open(ro, usage, &client)))
     return rc;
   _cleanup_(st_store_freep) st_store *store = NULL;
   if ((rc = cli_open_store(ctx, pull ? ST_STORE_CREATE : 0, &store)))
@@ -110,9 +134,13 @@ static int transfer(cli_ctx *ctx, int argc, char **argv, bool pull) {
   st_error err = {0};
   st_transfer_stats stats;
   st_digest d;
-  unsigned streams = ro.streams ? ro.streams : 4;
-  int r = pull ? st_client_pull(client, store, ref, streams, &d, &stats, &err)
-               : st_client_push(client, store, ref, streams, &d, &stats, &err);
+  _cleanup_(st_progress_freep) st_progress *p =
+      st_progress_new(ref, 0, !ctx->quiet && st_progress_wanted());
+  st_transfer_opts xo = {.streams = ro->streams, .max_rate = to.max_rate,
+                         .progress = p ? transfer_progress : NULL, .progress_ud = p};
+  int r = pull ? st_client_pull(client, store, ref, &xo, &d, &stats, &err)
+               : st_client_push(client, store, ref, &xo, &d, &stats, &err);
+  st_progress_free(ST_TAKE_PTR(p));
   if (r < 0)
     return cli_fail(&err);
   char hex[ST_DIGEST_HEX_LEN + 1];

@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cleanup.h"
+
 typedef struct st_progress st_progress;
 
 /* label is copied. When enabled is false every call is a no-op. NULL on OOM
@@ -17,6 +19,7 @@ void st_progress_set_total(st_progress *p, uint64_t total_bytes);
 void st_progress_update(st_progress *p, uint64_t done_bytes);
 /* Clears the line and frees. NULL is a no-op. */
 void st_progress_free(st_progress *p);
+ST_DEFINE_FREEP(st_progress, st_progress_free)
 /* True when stderr is a terminal and STRATA_PROGRESS is not "0". */
 bool st_progress_wanted(void);
 /* "1.5 GiB" style rendering into buf (at least 16 bytes). Returns buf. */

@@ -152,7 +152,7 @@ int st_env_run(st_node *n, const char *ref, const st_env_opts *opts, int *status
 /* A strata server as the source (consumes client, also on failure): the
  * client's pull brings the manifest, the indexes the cache lacks and only
  * the missing chunks over `streams` parallel streams (0: the client's
- * default). max_rate is not supported by this source. */
+ * default), at most opts->max_rate bytes per second. */
 typedef struct st_client st_client;
 int st_node_source_server(st_node_source **out, st_client *client, const char *name,
                           unsigned streams, st_error *err);

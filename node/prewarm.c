@@ -29,7 +29,6 @@
 #include "progress.h"
 #include "unpack.h"
 
-ST_DEFINE_FREEP(st_progress, st_progress_free)
 
 typedef struct {
   st_ostree *repo;

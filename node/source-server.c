@@ -28,7 +28,9 @@ static int server_pull(st_node_source *s, st_store *cache, const st_digest *imag
   char ref[ST_DIGEST_HEX_LEN + 8] = "sha256:";
   st_digest_hex(image, ref + 7);
   st_transfer_stats ts = {0};
-  int rc = st_client_pull(ss->client, cache, ref, ss->streams, NULL, &ts, err);
+  st_transfer_opts to = {.streams = ss->streams, .max_rate = opts->max_rate,
+                        .progress = opts->progress, .progress_ud = opts->progress_ud};
+  int rc = st_client_pull(ss->client, cache, ref, &to, NULL, &ts, err);
   stats->chunks_needed += ts.chunks_total;
   stats->chunks_fetched += ts.chunks_moved;
   stats->bytes_fetched += ts.bytes_moved;

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "client-private.h"
 #include "codec.h"
@@ -13,6 +14,7 @@
 #include "fs.h"
 #include "image.h"
 #include "layer-index.h"
+#include "rate.h"
 
 #define BATCH_BYTES (1u << 20)
 #define BATCH_DIGESTS 4096u
@@ -158,12 +160,59 @@ static int fetch_blob(st_client *c, st_codec *codec, st_kind k, const st_digest 
 
 /* ------------------------------------------------------------ chunk streams */
 
+/* What the streams of one transfer share. */
+typedef struct {
+  const st_transfer_opts *opts;
+  st_rate rate;
+  atomic_bool stop;
+  _Atomic uint64_t done;   /* uncompressed bytes of the chunks moved so far */
+  uint64_t total;          /* ... of all the chunks that move */
+  /* The flusher of a pull: publishes verified chunks every second (so that
+   * a killed pull does not fetch them again) without holding up a stream. */
+  st_store *flush_store;
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+  bool streams_done;
+  st_error flush_err;
+  int flush_rc;
+} xfer;
+
+static void *flusher(void *arg) {
+  xfer *x = arg;
+  pthread_mutex_lock(&x->lock);
+  while (!x->streams_done && x->flush_rc == ST_OK) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 1;
+    pthread_cond_timedwait(&x->wake, &x->lock, &ts);
+    if (x->streams_done)
+      break;
+    pthread_mutex_unlock(&x->lock);
+    int rc = st_store_flush(x->flush_store, &x->flush_err);
+    pthread_mutex_lock(&x->lock);
+    x->flush_rc = rc;
+  }
+  pthread_mutex_unlock(&x->lock);
+  if (x->flush_rc < 0)
+    atomic_store(&x->stop, true);
+  return NULL;
+}
+
+/* After a batch of `bytes` (compressed) covering `raw` uncompressed bytes:
+ * progress, then the rate limit. */
+static void xfer_account(xfer *x, size_t bytes, uint64_t raw) {
+  uint64_t done = atomic_fetch_add(&x->done, raw) + raw;
+  if (x->opts->progress)
+    x->opts->progress(done, x->total, x->opts->progress_ud);
+  st_rate_wait(&x->rate, bytes);
+}
+
 typedef struct {
   st_client *client;
   st_store *store;
   const st_chunk_ref *chunks; /* this stream's share */
   size_t n;
-  atomic_bool *stop;
+  xfer *x;
   uint64_t frames_bytes, moved, moved_bytes, present;
   st_error err;
   int rc;
@@ -186,13 +235,15 @@ static int read_batch(stream_job *j, const st_chunk_ref *chunks, size_t n) {
     r = cl_call_close_send(&call, err);
   size_t next = 0;
   char hex[ST_DIGEST_HEX_LEN + 1];
-  while (r == ST_OK && !atomic_load(j->stop)) {
+  while (r == ST_OK && !atomic_load(&j->x->stop)) {
     Strata__V1__ReadResponse *resp;
     r = cl_call_recv(&call, &strata__v1__read_response__descriptor, (ProtobufCMessage **)&resp,
                      err);
     if (r <= 0)
       break;
     r = ST_OK;
+    size_t bytes = 0;
+    uint64_t raw = 0;
     for (size_t i = 0; r == ST_OK && i < resp->n_frames; i++) {
       const Strata__V1__Frame *f = resp->frames[i];
       if (next >= n || f->digest.len != ST_DIGEST_LEN ||
@@ -209,11 +260,15 @@ static int read_batch(stream_job *j, const st_chunk_ref *chunks, size_t n) {
       j->frames_bytes += f->data.len;
       j->moved++;
       j->moved_bytes += chunks[next].size;
+      bytes += f->data.len;
+      raw += chunks[next].size;
       next++;
     }
     protobuf_c_message_free_unpacked(&resp->base, NULL);
+    if (r == ST_OK)
+      xfer_account(j->x, bytes, raw);
   }
-  if (r == ST_OK && atomic_load(j->stop))
+  if (r == ST_OK && atomic_load(&j->x->stop))
     r = st_error_set(err, ST_ECANCELED, "canceled");
   r = cl_call_finish(&call, r, err);
   if (r == ST_OK && next != n)
@@ -230,7 +285,7 @@ static void *read_stream(void *arg) {
     j->rc = read_batch(j, j->chunks + off, n);
   }
   if (j->rc < 0)
-    atomic_store(j->stop, true);
+    atomic_store(&j->x->stop, true);
   return NULL;
 }
 
@@ -241,6 +296,7 @@ static void *write_stream(void *arg) {
   int r = cl_call_start(&call, j->client, "/strata.v1.Cas/Write", err);
   Strata__V1__Frame frames[64], *ptrs[64];
   size_t nf = 0, bytes = 0;
+  uint64_t raw = 0;
   char hex[ST_DIGEST_HEX_LEN + 1];
   for (size_t i = 0; r == ST_OK && i <= j->n; i++) {
     if (i < j->n) {
@@ -257,20 +313,24 @@ static void *write_stream(void *arg) {
       ptrs[nf] = &frames[nf];
       nf++;
       bytes += flen;
+      raw += j->chunks[i].size;
       j->moved_bytes += j->chunks[i].size;
     }
     if (nf && (i == j->n || nf == ST_ARRAY_SIZE(frames) || bytes >= BATCH_BYTES)) {
       Strata__V1__WriteRequest req = STRATA__V1__WRITE_REQUEST__INIT;
       req.n_frames = nf;
       req.frames = ptrs;
-      if (atomic_load(j->stop))
+      if (atomic_load(&j->x->stop))
         r = st_error_set(err, ST_ECANCELED, "canceled");
       else
         r = cl_call_send(&call, &req.base, err);
       for (size_t k = 0; k < nf; k++)
         free(frames[k].data.data);
       j->frames_bytes += bytes;
+      if (r == ST_OK)
+        xfer_account(j->x, bytes, raw);
       nf = bytes = 0;
+      raw = 0;
     }
   }
   for (size_t k = 0; k < nf; k++)
@@ -291,18 +351,18 @@ static void *write_stream(void *arg) {
   }
   j->rc = cl_call_finish(&call, r, err);
   if (j->rc < 0)
-    atomic_store(j->stop, true);
+    atomic_store(&j->x->stop, true);
   return NULL;
 }
 
-/* Runs fn over chunks split into `streams` contiguous shares, in parallel. */
+/* Runs fn over chunks split into opts->streams contiguous shares, in
+ * parallel. */
 static int run_streams(st_client *c, st_store *store, const st_chunk_ref *chunks, size_t n,
-                       unsigned streams, void *(*fn)(void *), st_transfer_stats *stats,
-                       st_error *err) {
+                       const st_transfer_opts *opts, void *(*fn)(void *),
+                       st_transfer_stats *stats, st_error *err) {
   if (n == 0)
     return ST_OK;
-  if (streams == 0)
-    streams = DEFAULT_STREAMS;
+  unsigned streams = opts->streams ? opts->streams : DEFAULT_STREAMS;
   if (streams > n)
     streams = (unsigned)n;
   stream_job *jobs = calloc(streams, sizeof *jobs);
@@ -312,13 +372,20 @@ static int run_streams(st_client *c, st_store *store, const st_chunk_ref *chunks
     free(threads);
     return st_error_set(err, ST_ENOMEM, "out of memory");
   }
-  atomic_bool stop = false;
+  xfer x = {.opts = opts, .stop = false, .lock = PTHREAD_MUTEX_INITIALIZER,
+            .wake = PTHREAD_COND_INITIALIZER};
+  st_rate_init(&x.rate, opts->max_rate);
+  x.flush_store = store;
+  pthread_t flush_thread;
+  bool flushing = fn == read_stream && !pthread_create(&flush_thread, NULL, flusher, &x);
+  for (size_t i = 0; i < n; i++)
+    x.total += chunks[i].size;
   size_t off = 0;
   unsigned started = 0;
   for (unsigned i = 0; i < streams; i++) {
     size_t share = n / streams + (i < n % streams ? 1 : 0);
     jobs[i] = (stream_job){.client = c, .store = store, .chunks = chunks + off, .n = share,
-                           .stop = &stop};
+                           .x = &x};
     off += share;
     if (pthread_create(&threads[i], NULL, fn, &jobs[i]))
       break;
@@ -326,7 +393,7 @@ static int run_streams(st_client *c, st_store *store, const st_chunk_ref *chunks
   }
   int rc = started == streams ? ST_OK : st_error_set(err, ST_EIO, "cannot start threads");
   if (rc < 0)
-    atomic_store(&stop, true);
+    atomic_store(&x.stop, true);
   for (unsigned i = 0; i < started; i++) {
     pthread_join(threads[i], NULL);
     stats->bytes_moved += jobs[i].frames_bytes;
@@ -339,8 +406,22 @@ static int run_streams(st_client *c, st_store *store, const st_chunk_ref *chunks
       *err = jobs[i].err;
     }
   }
+  if (flushing) {
+    pthread_mutex_lock(&x.lock);
+    x.streams_done = true;
+    pthread_cond_signal(&x.wake);
+    pthread_mutex_unlock(&x.lock);
+    pthread_join(flush_thread, NULL);
+    if (x.flush_rc < 0 && (rc == ST_OK || rc == ST_ECANCELED)) {
+      rc = x.flush_rc;
+      *err = x.flush_err;
+    }
+  }
+  pthread_mutex_destroy(&x.lock);
+  pthread_cond_destroy(&x.wake);
   free(jobs);
   free(threads);
+  st_rate_destroy(&x.rate);
   return rc;
 }
 
@@ -352,7 +433,7 @@ static int resolve_ref(st_client *c, const char *ref, st_digest *d, st_error *er
   return st_client_resolve(c, ref, d, err);
 }
 
-static int pull_objects(st_client *c, st_store *store, image_set *s, unsigned streams,
+static int pull_objects(st_client *c, st_store *store, image_set *s, const st_transfer_opts *opts,
                         st_transfer_stats *stats, st_error *err) {
   _cleanup_(st_codec_freep) st_codec *codec = NULL;
   int r = st_codec_new(&codec, 1, err);
@@ -400,7 +481,7 @@ static int pull_objects(st_client *c, st_store *store, image_set *s, unsigned st
       stats->chunk_bytes_present += s->chunks.v[i].size;
     }
   }
-  r = run_streams(c, store, missing.v, missing.n, streams, read_stream, stats, err);
+  r = run_streams(c, store, missing.v, missing.n, opts, read_stream, stats, err);
   free(missing.v);
   return r;
 }
@@ -421,8 +502,11 @@ static int pull_commit(st_store *store, image_set *s, st_error *err) {
   return r;
 }
 
-int st_client_pull(st_client *c, st_store *store, const char *ref, unsigned streams,
+int st_client_pull(st_client *c, st_store *store, const char *ref, const st_transfer_opts *opts,
                    st_digest *image_out, st_transfer_stats *stats, st_error *err) {
+  static const st_transfer_opts defaults = {0};
+  if (!opts)
+    opts = &defaults;
   st_transfer_stats local = {0};
   if (!stats)
     stats = &local;
@@ -436,7 +520,7 @@ int st_client_pull(st_client *c, st_store *store, const char *ref, unsigned stre
   if (r == ST_OK)
     r = resolve_ref(c, ref, &s.digest, err);
   if (r == ST_OK)
-    r = pull_objects(c, store, &s, streams, stats, err);
+    r = pull_objects(c, store, &s, opts, stats, err);
   if (r == ST_OK)
     r = pull_commit(store, &s, err);
   if (r == ST_OK && name)
@@ -525,7 +609,7 @@ static int put_blob(st_client *c, st_store *store, st_kind k, const st_digest *d
   return cl_call_finish(&call, r, err);
 }
 
-static int push_objects(st_client *c, st_store *store, image_set *s, unsigned streams,
+static int push_objects(st_client *c, st_store *store, image_set *s, const st_transfer_opts *opts,
                         st_transfer_stats *stats, st_error *err) {
   int r = st_image_load(&s->img, store, &s->digest, err);
   if (r < 0 || (r = image_set_alloc(s, err)) < 0)
@@ -556,7 +640,7 @@ static int push_objects(st_client *c, st_store *store, image_set *s, unsigned st
     }
   }
   if (r == ST_OK)
-    r = run_streams(c, store, missing.v, missing.n, streams, write_stream, stats, err);
+    r = run_streams(c, store, missing.v, missing.n, opts, write_stream, stats, err);
   free(missing.v);
   if (r < 0)
     return r;
@@ -574,8 +658,11 @@ static int push_objects(st_client *c, st_store *store, image_set *s, unsigned st
   return r;
 }
 
-int st_client_push(st_client *c, st_store *store, const char *ref, unsigned streams,
+int st_client_push(st_client *c, st_store *store, const char *ref, const st_transfer_opts *opts,
                    st_digest *image_out, st_transfer_stats *stats, st_error *err) {
+  static const st_transfer_opts defaults = {0};
+  if (!opts)
+    opts = &defaults;
   st_transfer_stats local = {0};
   if (!stats)
     stats = &local;
@@ -587,7 +674,7 @@ int st_client_push(st_client *c, st_store *store, const char *ref, unsigned stre
   if (r == ST_OK && strncmp(ref, "sha256:", 7))
     r = st_image_ref_parse(ref, &name, &tag, err);
   if (r == ST_OK)
-    r = push_objects(c, store, &s, streams, stats, err);
+    r = push_objects(c, store, &s, opts, stats, err);
   if (r == ST_OK && name)
     r = st_client_tag(c, name, tag, &s.digest, err);
   if (r == ST_OK && image_out)
@@ -634,8 +721,9 @@ int st_client_push_layer(st_client *c, st_store *store, const st_digest *layer, 
       stats->chunk_bytes_present += s.chunks.v[i].size;
     }
   }
+  st_transfer_opts o = {.streams = streams};
   if (r == ST_OK)
-    r = run_streams(c, store, missing.v, missing.n, streams, write_stream, stats, err);
+    r = run_streams(c, store, missing.v, missing.n, &o, write_stream, stats, err);
   const st_digest *ld = layer;
   if (r == ST_OK)
     r = find_missing(c, ST_KIND_INDEX, &ld, 1, miss, err);

@@ -72,21 +72,33 @@ typedef struct {
   double seconds;
 } st_transfer_stats;
 
+/* How a pull or push moves chunks (all fields optional; NULL opts = defaults). */
+typedef struct {
+  unsigned streams;  /* parallel Cas.Read / Cas.Write streams, 0: 4 */
+  uint64_t max_rate; /* compressed chunk bytes per second over all streams, 0: unlimited */
+  /* Called from the stream threads (so it must be thread-safe) after each
+   * batch of chunks: done and total are uncompressed bytes of the chunks
+   * that move. */
+  void (*progress)(uint64_t done, uint64_t total, void *ud);
+  void *progress_ud;
+} st_transfer_opts;
+
 /* Pulls image `ref` ("name:tag" or "sha256:<hex>") from the server into
  * store: the manifest, the layer indexes store lacks, then only the chunks
- * store lacks over `streams` parallel Cas.Read streams (0: 4). Every object
- * is verified before it is stored; chunks are flushed before the indexes,
- * the indexes before the manifest, and a name:tag ref is tagged locally last,
- * so a failure leaves no image that names missing objects. image_out and
- * stats are nullable; stats are written also on failure. */
-int st_client_pull(st_client *c, st_store *store, const char *ref, unsigned streams,
+ * store lacks over parallel Cas.Read streams. Every object is verified
+ * before it is stored; chunks are made durable at least every second (a
+ * killed pull keeps what it verified), all of them before the indexes, the
+ * indexes before the manifest, and a name:tag ref is tagged locally last,
+ * so a failure leaves no image that names missing objects. opts, image_out
+ * and stats are nullable; stats are written also on failure. */
+int st_client_pull(st_client *c, st_store *store, const char *ref, const st_transfer_opts *opts,
                    st_digest *image_out, st_transfer_stats *stats, st_error *err);
 
 /* Pushes local image `ref` to the server: FindMissing, the missing chunks
- * over `streams` parallel Cas.Write streams, the indexes and manifest the
- * server lacks (PutBlob), then Images.Tag for a name:tag ref (role push). A
- * push that broke off resumes: only what the server still lacks is sent. */
-int st_client_push(st_client *c, st_store *store, const char *ref, unsigned streams,
+ * over parallel Cas.Write streams, the indexes and manifest the server lacks
+ * (PutBlob), then Images.Tag for a name:tag ref (role push). A push that
+ * broke off resumes: only what the server still lacks is sent. */
+int st_client_push(st_client *c, st_store *store, const char *ref, const st_transfer_opts *opts,
                    st_digest *image_out, st_transfer_stats *stats, st_error *err);
 
 /* The ST_E* code for a grpc_status_code. */

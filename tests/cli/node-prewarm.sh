@@ -122,7 +122,7 @@ expect_ok "$STRATA" prewarm --node-dir "$N" --from-store "$S" --images-from "$T/
 [ "$(grep -c ' ready: ' "$T/out")" -eq 2 ] || fail "--images-from: $(cat "$T/out")"
 expect_fail 2 "no image given" "$STRATA" prewarm --node-dir "$N" --from-store "$S"
 expect_fail 2 "exactly one of" "$STRATA" prewarm --node-dir "$N" tiny:v1
-expect_fail 2 "invalid size" "$STRATA" prewarm --node-dir "$N" --from-store "$S" --max-rate x tiny:v1
+expect_fail 2 "invalid --max-rate" "$STRATA" prewarm --node-dir "$N" --from-store "$S" --max-rate x tiny:v1
 expect_fail 1 "images file $T/nolist" "$STRATA" prewarm --node-dir "$N" --from-store "$S" --images-from "$T/nolist"
 expect_fail 1 "image tiny:nope not found in store $S" "$STRATA" prewarm --node-dir "$N" --from-store "$S" tiny:nope
 expect_fail 1 "$T/nostore" "$STRATA" prewarm --node-dir "$N" --from-store "$T/nostore" tiny:v1

@@ -4,7 +4,8 @@
 # directory; the environment runs; a second run fetches nothing; a change to
 # the top layer fetches only its new data; a corrupt chunk on the server fails
 # naming it and commits nothing for its layer, and succeeds after the repair;
-# an unreachable server or an unknown image is one clear error.
+# --max-rate spaces the fetch out; an unreachable server or an unknown image
+# is one clear error.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/node-lib.sh"
 need_root
@@ -78,7 +79,23 @@ ofsck "$N"
 # --- errors ---
 expect_fail 1 "tiny:nope" pw tiny:nope
 expect_fail 2 "exactly one of" "$STRATA" prewarm --node-dir "$N" --server "$ADDR" --from-store "$S" tiny:v1
-expect_fail 2 "max-rate" pw --max-rate 1M tiny:v1
+
+# --- --max-rate: a lower bound only (a loaded machine is slower, never faster)
+rand_file "$W/app/big" 3000000
+tiny_recipe "$W" v4
+expect_ok st "$S" build r.yaml
+t0=$(date +%s%N)
+expect_ok "$STRATA" prewarm --node-dir "$T/node-rate" --server "$ADDR" --max-rate 1M --json tiny:v4
+t1=$(date +%s%N)
+f=$(jfield bytes_fetched)
+[ "$f" -gt 3000000 ] || fail "rate-limited prewarm fetched $f bytes"
+# the last batch (at most 1 MiB) may arrive unthrottled; all before it is spaced
+min_ms=$(( (f - 1048576) * 1000 / 1048576 ))
+ms=$(( (t1 - t0) / 1000000 ))
+[ "$ms" -ge "$min_ms" ] || fail "--max-rate 1M moved $f bytes in $ms ms (at least $min_ms expected)"
+expect_ok "$STRATA" env run --node-dir "$T/node-rate" tiny:v4 -- cat /app/big
+cmp -s "$T/out" "$W/app/big" || fail "content after a rate-limited prewarm"
+expect_fail 2 "max-rate" pw --max-rate nope tiny:v1
 kill "$SERVER_PID"
 wait "$SERVER_PID" 2>/dev/null || true
 expect_fail 1 "$ADDR" "$STRATA" prewarm --node-dir "$T/node2" --server "$ADDR" --deadline 5 tiny:v1

@@ -6,6 +6,7 @@
  * resumed, and counters. */
 #include "testutil.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,26 @@ typedef struct {
 
 /* A local store with image demo:v1 of one layer: a random file over many
  * chunks, a text file and a directory. */
+static const st_transfer_opts two = {.streams = 2}, three = {.streams = 3}, four = {.streams = 4};
+
+typedef struct {
+  pthread_mutex_t lock;
+  unsigned calls;
+  uint64_t max_done, total;
+  bool overshoot;
+} seen_progress;
+
+static void on_progress(uint64_t done, uint64_t total, void *ud) {
+  seen_progress *sp = ud;
+  pthread_mutex_lock(&sp->lock);
+  sp->calls++;
+  if (done > sp->max_done)
+    sp->max_done = done;
+  sp->overshoot |= done > total;
+  sp->total = total;
+  pthread_mutex_unlock(&sp->lock);
+}
+
 static void make_image(fixture *f, const char *name, uint64_t seed) {
   st_error err = {0};
   char tree[512], store[512];
@@ -152,13 +173,13 @@ static void test_push_pull_roundtrip(void **state) {
   st_error err = {0};
   st_transfer_stats stats;
   st_digest d;
-  assert_int_equal(st_client_push(c, f->local, "demo:v1", 3, &d, &stats, &err), 0);
+  assert_int_equal(st_client_push(c, f->local, "demo:v1", &three, &d, &stats, &err), 0);
   assert_true(st_digest_equal(&d, &f->image));
   assert_true(stats.chunks_total > 3);
   assert_int_equal(stats.chunks_moved, stats.chunks_total);
   assert_int_equal(stats.layers_moved, 1);
   /* again: nothing moves but the manifest */
-  assert_int_equal(st_client_push(c, f->local, "demo:v1", 3, &d, &stats, &err), 0);
+  assert_int_equal(st_client_push(c, f->local, "demo:v1", &three, &d, &stats, &err), 0);
   assert_int_equal(stats.chunks_moved, 0);
   assert_int_equal(stats.chunks_present, stats.chunks_total);
 
@@ -169,22 +190,29 @@ static void test_push_pull_roundtrip(void **state) {
   assert_non_null(strstr(err.msg, "demo:nope"));
 
   st_store *other = open_store(f, "other");
-  assert_int_equal(st_client_pull(c, other, "demo:v1", 4, &d, &stats, &err), 0);
+  seen_progress sp = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  st_transfer_opts po = {.streams = 4, .progress = on_progress, .progress_ud = &sp};
+  assert_int_equal(st_client_pull(c, other, "demo:v1", &po, &d, &stats, &err), 0);
   assert_true(st_digest_equal(&d, &f->image));
   assert_int_equal(stats.chunks_moved, stats.chunks_total);
+  /* progress reached the uncompressed size of what moved, never beyond */
+  assert_true(sp.calls > 0);
+  assert_int_equal(sp.max_done, stats.chunk_bytes_moved);
+  assert_int_equal(sp.total, stats.chunk_bytes_moved);
+  assert_false(sp.overshoot);
   assert_int_equal(st_tag_get(other, "demo", "v1", &r, &err), 0);
   assert_true(st_digest_equal(&r, &f->image));
   assert_fsck_ok(other);
   /* a second pull finds everything present */
-  assert_int_equal(st_client_pull(c, other, "demo:v1", 4, &d, &stats, &err), 0);
+  assert_int_equal(st_client_pull(c, other, "demo:v1", &four, &d, &stats, &err), 0);
   assert_int_equal(stats.chunks_moved, 0);
   assert_int_equal(stats.layers_moved, 0);
   /* a changed image: only the new chunks move */
   make_image(f, "v2", 2);
-  assert_int_equal(st_client_push(c, f->local, "demo:v2", 2, &d, &stats, &err), 0);
+  assert_int_equal(st_client_push(c, f->local, "demo:v2", &two, &d, &stats, &err), 0);
   uint64_t pushed = stats.chunks_moved;
   assert_true(pushed > 0 && pushed < stats.chunks_total + 1);
-  assert_int_equal(st_client_pull(c, other, "demo:v2", 2, &d, &stats, &err), 0);
+  assert_int_equal(st_client_pull(c, other, "demo:v2", &two, &d, &stats, &err), 0);
   assert_int_equal(stats.chunks_moved, pushed);
   assert_fsck_ok(other);
   st_store_free(other);
@@ -369,12 +397,12 @@ static void test_auth(void **state) {
   assert_int_equal(st_client_capabilities(reader, &caps, &err), 0);
   assert_true(caps.auth_required);
   /* a read-only token cannot write */
-  assert_int_equal(st_client_push(reader, f->local, "demo:v1", 2, &d, NULL, &err), ST_EPERM);
+  assert_int_equal(st_client_push(reader, f->local, "demo:v1", &two, &d, NULL, &err), ST_EPERM);
   assert_non_null(strstr(err.msg, "reader"));
-  assert_int_equal(st_client_push(ci, f->local, "demo:v1", 2, &d, NULL, &err), 0);
+  assert_int_equal(st_client_push(ci, f->local, "demo:v1", &two, &d, NULL, &err), 0);
   st_store *other = open_store(f, "other");
-  assert_int_equal(st_client_pull(none, other, "demo:v1", 2, &d, NULL, &err), ST_EAUTH);
-  assert_int_equal(st_client_pull(reader, other, "demo:v1", 2, &d, NULL, &err), 0);
+  assert_int_equal(st_client_pull(none, other, "demo:v1", &two, &d, NULL, &err), ST_EAUTH);
+  assert_int_equal(st_client_pull(reader, other, "demo:v1", &two, &d, NULL, &err), 0);
   assert_fsck_ok(other);
   st_store_free(other);
   st_client_free(none);
@@ -420,7 +448,7 @@ static void test_status(void **state) {
   fixture *f = *state;
   st_client *c = client(f, NULL);
   st_error err = {0};
-  assert_int_equal(st_client_push(c, f->local, "demo:v1", 2, NULL, NULL, &err), 0);
+  assert_int_equal(st_client_push(c, f->local, "demo:v1", &two, NULL, NULL, &err), 0);
   Strata__V1__StatusRequest req = STRATA__V1__STATUS_REQUEST__INIT;
   Strata__V1__StatusResponse *resp = NULL;
   assert_int_equal(cl_unary(c, "/strata.v1.Status/Get", &req.base,
