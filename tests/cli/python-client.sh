@@ -3,7 +3,9 @@
 # The independent Python client (tests/server/client.py: Debian's
 # python3-grpcio, stubs generated here from proto/*.proto) calls every RPC of
 # the server (Builds too), auth failures and bad input included; then `strata pull` of the
-# image it built from scratch exports the file it uploaded, byte-identical.
+# image it built from scratch exports the file it uploaded, byte-identical;
+# last, a server with --max-streams 1 holds a second call on one connection
+# back while another connection is served (tests/server/stream_limit.py).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/remote-lib.sh"
 
@@ -38,4 +40,9 @@ expect_ok "$STRATA" --store "$T/b" export py:v1 "$T/root"
 cmp "$T/root/data/file" "$T/work/py-content" || fail "exported file differs from the uploaded one"
 expect_ok "$STRATA" --store "$T/srv" store fsck
 serve_stop s
+
+# The per-client stream limit (HTTP/2 MAX_CONCURRENT_STREAMS per connection).
+serve_start l "$T/srv" --max-streams 1 --workers 2
+expect_ok "$PY" "$SRCDIR/tests/server/stream_limit.py" "$T/stubs" "$l_ADDR"
+serve_stop l
 echo PASS
