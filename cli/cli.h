@@ -6,9 +6,10 @@
 #include <getopt.h>
 #include <stdbool.h>
 
-#include "client.h"
 #include "error.h"
 #include "store.h"
+
+typedef struct st_client st_client; /* client.h */
 
 /* Exit codes (docs/CLI.md). */
 enum {
@@ -59,6 +60,8 @@ int cli_usage_error(const char *usage, const char *fmt, ...) __attribute__((form
 int cli_parse_size(const char *text, uint64_t *out);
 
 int cmd_store(cli_ctx *ctx, int argc, char **argv);
+/* `env run` (cmd-env-run.c): argv[0] is "run". */
+int cmd_env_run(cli_ctx *ctx, int argc, char **argv);
 int cmd_layer(cli_ctx *ctx, int argc, char **argv);
 int cmd_build(cli_ctx *ctx, int argc, char **argv);
 int cmd_plan(cli_ctx *ctx, int argc, char **argv);

@@ -11,6 +11,7 @@
 
 #include "cleanup.h"
 #include "cli.h"
+#include "client.h"
 #include "fs.h"
 #include "node.h"
 #include "progress.h"
@@ -25,9 +26,6 @@ enum {
   OPT_MAX_RATE,
   OPT_KEEP,
   OPT_MAX_BYTES,
-  OPT_ENV,
-  OPT_WORKDIR,
-  OPT_NO_GPU,
 };
 
 #define NODE_LONGOPT {"node-dir", required_argument, NULL, OPT_NODE_DIR}
@@ -39,11 +37,8 @@ typedef struct {
   cli_remote_opts remote;
   char **images;
   size_t n_images;
-  bool json, no_wait, no_gpu;
+  bool json, no_wait;
   uint64_t max_rate, max_bytes;
-  const char **env;
-  size_t n_env;
-  const char *workdir;
   bool bad_value, bad_file;
   const char *usage;
 } node_opts;
@@ -52,7 +47,6 @@ static void node_opts_free(node_opts *o) {
   for (size_t i = 0; i < o->n_images; i++)
     free(o->images[i]);
   free(o->images);
-  free(o->env);
   free(o->default_dir);
 }
 
@@ -107,21 +101,6 @@ static int extra_opt(int c, const char *arg, void *ud) {
     return 0;
   case OPT_JSON: o->json = true; return 0;
   case OPT_NO_WAIT: o->no_wait = true; return 0;
-  case OPT_NO_GPU: o->no_gpu = true; return 0;
-  case OPT_WORKDIR: o->workdir = arg; return 0;
-  case OPT_ENV: {
-    const char **ne = realloc(o->env, (o->n_env + 2) * sizeof *ne);
-    if (!ne)
-      return -1;
-    o->env = ne;
-    ne[o->n_env++] = arg;
-    ne[o->n_env] = NULL;
-    if (!strchr(arg, '=') || arg[0] == '=') {
-      fprintf(stderr, "strata: --env takes KEY=VALUE, not '%s'\n", arg);
-      o->bad_value = true;
-    }
-    return 0;
-  }
   case OPT_MAX_RATE:
   case OPT_MAX_BYTES:
     if (cli_parse_size(arg, c == OPT_MAX_RATE ? &o->max_rate : &o->max_bytes) < 0) {
@@ -281,52 +260,8 @@ int cmd_prewarm(cli_ctx *ctx, int argc, char **argv) {
 
 /* ---- env -------------------------------------------------------------------- */
 
-static const char env_run_usage[] =
-    "strata env run [--node-dir DIR] [--env KEY=VALUE]... [--workdir DIR] [--no-gpu] IMAGE "
-    "[-- CMD [ARG...]]";
 static const char env_ls_usage[] = "strata env ls [--node-dir DIR]";
 static const char env_rm_usage[] = "strata env rm [--node-dir DIR] IMAGE...";
-
-static int env_run(cli_ctx *ctx, int argc, char **argv) {
-  static const struct option opts[] = {
-      NODE_LONGOPT,
-      {"env", required_argument, NULL, OPT_ENV},
-      {"workdir", required_argument, NULL, OPT_WORKDIR},
-      {"no-gpu", no_argument, NULL, OPT_NO_GPU},
-      CLI_COMMON_LONGOPTS};
-  _cleanup_(node_opts_free) node_opts o = {0};
-  /* Stop at the image: what follows belongs to the command. */
-  int c;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "+" CLI_COMMON_SHORTOPTS, opts, NULL)) != -1) {
-    if (c == 'h') {
-      printf("usage: %s\n", env_run_usage);
-      return CLI_EXIT_OK;
-    }
-    int r = cli_common_opt(ctx, c, optarg);
-    if (r < 0)
-      return CLI_EXIT_USAGE;
-    if (r == 0 && extra_opt(c, optarg, &o) != 0)
-      return cli_usage_error(env_run_usage, "unknown option");
-  }
-  if (o.bad_value)
-    return CLI_EXIT_USAGE;
-  if (optind >= argc)
-    return cli_usage_error(env_run_usage, "no image given");
-  const char *ref = argv[optind++];
-  if (optind < argc && !strcmp(argv[optind], "--"))
-    optind++;
-  st_env_opts eo = {.cmd = (const char *const *)(argv + optind), .workdir = o.workdir,
-                    .env = o.env, .gpu = !o.no_gpu};
-  st_error err = {0};
-  _cleanup_(st_node_freep) st_node *n = NULL;
-  if (st_node_open(&n, node_dir(&o), false, &err) < 0)
-    return cli_fail(&err);
-  int status = 0;
-  if (st_env_run(n, ref, &eo, &status, &err) < 0)
-    return cli_fail(&err);
-  return status;
-}
 
 static void print_images(const st_node_image *imgs, size_t n) {
   printf("%-40s %-19s %10s  %-19s %s\n", "IMAGE", "DIGEST", "SIZE", "LAST USED", "IN USE");
@@ -407,7 +342,7 @@ int cmd_env(cli_ctx *ctx, int argc, char **argv) {
   if (argc < 2)
     return cli_usage_error(usage, "missing subcommand");
   if (!strcmp(argv[1], "run"))
-    return env_run(ctx, argc - 1, argv + 1);
+    return cmd_env_run(ctx, argc - 1, argv + 1);
   if (!strcmp(argv[1], "ls"))
     return env_ls(ctx, argc - 1, argv + 1);
   if (!strcmp(argv[1], "rm"))

@@ -8,6 +8,7 @@
 
 #include "cleanup.h"
 #include "cli.h"
+#include "client.h"
 #include "log.h"
 #include "progress.h"
 #include "rpc.h"

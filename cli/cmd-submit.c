@@ -9,6 +9,7 @@
 
 #include "cleanup.h"
 #include "cli.h"
+#include "client.h"
 #include "context.h"
 #include "fs.h"
 #include "progress.h"

@@ -1,8 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The strata command: dispatches to subcommands. */
+/* The strata command: dispatches to subcommands. Built twice
+ * (cli/meson.build): as strata-core with every command, and with
+ * STRATA_LAUNCHER as the lean `strata`, which runs `env run` itself (it links
+ * no gRPC, OSTree or libcurl, so it starts in a few milliseconds instead of
+ * loading ~110 shared libraries) and execs strata-core for the rest. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "log.h"
@@ -37,6 +43,33 @@ static const char usage[] =
     "Every command takes --store DIR (default: $STRATA_STORE, else a per-user\n"
     "store), -v (more log output; also STRATA_LOG=debug), -q and -j N.\n";
 
+#ifdef STRATA_LAUNCHER
+/* strata-core: $STRATA_CORE, else next to this executable (a build tree),
+ * else in libexecdir. Returns only on failure. */
+static int exec_core(char **argv) {
+  const char *env = getenv("STRATA_CORE");
+  if (env && *env) {
+    execv(env, argv);
+    fprintf(stderr, "strata: error: cannot run STRATA_CORE=%s: %m\n", env);
+    return CLI_EXIT_FAIL;
+  }
+  char self[PATH_MAX], path[PATH_MAX + 16];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash) {
+      *slash = '\0';
+      snprintf(path, sizeof path, "%s/strata-core", self);
+      execv(path, argv);
+    }
+  }
+  execv(STRATA_LIBEXECDIR "/strata/strata-core", argv);
+  fprintf(stderr, "strata: error: cannot run %s/strata/strata-core: %m\n", STRATA_LIBEXECDIR);
+  return CLI_EXIT_FAIL;
+}
+#endif
+
 int main(int argc, char **argv) {
   st_log_init_from_env();
   cli_ctx ctx = {0};
@@ -68,6 +101,15 @@ int main(int argc, char **argv) {
   }
   const char *cmd = argv[i];
   int rc;
+#ifdef STRATA_LAUNCHER
+  if (!strcmp(cmd, "env") && i + 1 < argc && !strcmp(argv[i + 1], "run"))
+    rc = cmd_env_run(&ctx, argc - i - 1, argv + i + 1);
+  else if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+    printf("strata %s\n", STRATA_VERSION);
+    rc = CLI_EXIT_OK;
+  } else
+    rc = exec_core(argv);
+#else
   if (!strcmp(cmd, "store"))
     rc = cmd_store(&ctx, argc - i, argv + i);
   else if (!strcmp(cmd, "layer"))
@@ -118,6 +160,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "strata: unknown command '%s'\n%s", cmd, usage);
     rc = CLI_EXIT_USAGE;
   }
+#endif
   free(ctx.default_store);
   return rc;
 }

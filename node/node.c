@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The node directory: opening it, its lock, image names and checkouts. */
+/* The node directory: opening it, its lock, image names and checkouts.
+ * No OSTree here (node-repo.c opens the repo on demand), so that `env run`
+ * links without libostree and GLib (cli/meson.build). */
 #include "node.h"
 
 #include <dirent.h>
@@ -14,15 +16,8 @@
 #include <unistd.h>
 
 #include "fs.h"
-#include "ostree-repo.h"
+#include "node-private.h"
 #include "unpack.h"
-
-struct st_node {
-  char *dir;
-  st_store *cache;
-  st_ostree *repo;
-  int lock_fd;
-};
 
 char *st_node_default_dir(void) {
   const char *env = getenv("STRATA_NODE_DIR");
@@ -81,7 +76,8 @@ void st_node_free(st_node *n) {
   if (!n)
     return;
   st_node_unlock(n);
-  st_ostree_free(n->repo);
+  if (n->repo)
+    n->repo_free(n->repo);
   st_store_free(n->cache);
   free(n->dir);
   free(n);
@@ -89,18 +85,6 @@ void st_node_free(st_node *n) {
 
 const char *st_node_dir(const st_node *n) { return n->dir; }
 st_store *st_node_cache(st_node *n) { return n->cache; }
-
-int st_node_repo(st_node *n, st_ostree **out, st_error *err) {
-  if (!n->repo) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/repo", n->dir);
-    int rc = st_ostree_open(&n->repo, path, err);
-    if (rc < 0)
-      return rc;
-  }
-  *out = n->repo;
-  return ST_OK;
-}
 
 static pid_t lock_holder(int fd) {
   char buf[32] = {0};

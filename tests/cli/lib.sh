@@ -10,7 +10,8 @@
 #   expect_fail CODE PATTERN CMD...  CMD must exit CODE with PATTERN (ERE) on stderr;
 #                                    code 1 also needs exactly one 'strata: error:' line
 #   vg CODE ARGS...                  strata ARGS under valgrind memcheck: no errors, no definite
-#                                    leaks, exit CODE; extra valgrind options in array VG_ARGS
+#                                    leaks, exit CODE; extra valgrind options in array VG_ARGS;
+#                                    strata-core, exec'd by the `strata` launcher, is traced too
 #   pack STORE TREE [ARGS...]        strata layer pack; prints the digest (checked)
 #   tree_manifest DIR                sorted, exact description of every entry of DIR
 #   assert_same_tree A B             tree_manifest of A and B are identical
@@ -109,7 +110,8 @@ vg() { # EXPECTED-EXIT ARGS...
   rc=0
   G_SLICE=always-malloc G_DEBUG=gc-friendly valgrind --quiet --error-exitcode=99 \
     --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite \
-    --track-fds=no ${VG_ARGS[@]+"${VG_ARGS[@]}"} --log-file="$T/vg.log" \
+    --track-fds=no --trace-children=yes --trace-children-skip='/usr/*,/bin/*,/sbin/*' \
+    ${VG_ARGS[@]+"${VG_ARGS[@]}"} --log-file="$T/vg.log" \
     "$STRATA" "$@" >"$T/out" 2>"$T/err" || rc=$?
   if [ "$rc" -eq 99 ] || [ -s "$T/vg.log" ]; then
     cat "$T/vg.log" >&2

@@ -14,7 +14,8 @@ command -v valgrind >/dev/null || skip "valgrind is not installed"
 
 SUPP=$SRCDIR/tests/server/grpc.supp
 VG=(valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite
-  --show-leak-kinds=definite --track-fds=no --suppressions="$SUPP")
+  --show-leak-kinds=definite --track-fds=no --suppressions="$SUPP"
+  --trace-children=yes --trace-children-skip='/usr/*,/bin/*,/sbin/*')
 
 A=$T/a
 make_image "$A" "$T/img" demo:v1 3
