@@ -67,7 +67,8 @@ static const char *find_bwrap(void) {
   return NULL;
 }
 
-/* NVIDIA devices and driver libraries of the host, bound at the same path. */
+/* NVIDIA devices and, when there is one, the driver libraries of the host,
+ * bound at the same path. */
 static void add_gpu(strv *a) {
   const char *root = getenv("STRATA_GPU_ROOT");
   if (!root || !*root)
@@ -81,6 +82,10 @@ static void add_gpu(strv *a) {
   size_t nd = 0, nl = 0;
   for (size_t k = 0; k < ST_ARRAY_SIZE(devs) + ST_ARRAY_SIZE(libs); k++) {
     bool dev = k < ST_ARRAY_SIZE(devs);
+    /* Driver libraries only with a device: without one they are of no use,
+     * and globbing the large library folders costs a CPU machine's start. */
+    if (!dev && nd == 0)
+      break;
     const char *pat = dev ? devs[k] : libs[k - ST_ARRAY_SIZE(devs)];
     char full[4096];
     snprintf(full, sizeof full, "%s%s", root, pat);

@@ -73,6 +73,12 @@ grep -q absent "$T/out" || fail "--no-gpu still bound the device"
 export STRATA_GPU_ROOT=$T/no-gpu-here
 expect_ok run_env tiny:v1 -- sh -c 'ls /dev/nvidia0 2>&1 || echo absent'
 grep -q absent "$T/out" || fail "no GPU: $(cat "$T/out")"
+# driver libraries without a device (a CPU machine with the driver package) stay out
+mkdir -p "$T/libs-only"
+cp -a "$G/usr" "$T/libs-only/"
+export STRATA_GPU_ROOT=$T/libs-only
+expect_ok run_env tiny:v1 -- sh -c 'cat /usr/lib/x86_64-linux-gnu/libcuda.so.1 2>/dev/null || echo absent'
+grep -q absent "$T/out" || fail "driver libraries bound without a device: $(cat "$T/out")"
 unset STRATA_GPU_ROOT
 tree_manifest_nolinks "$co" >"$T/m.after"
 diff -u "$T/m.before" "$T/m.after" || fail "the checkout changed"
