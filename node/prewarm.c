@@ -133,7 +133,9 @@ static int prewarm(st_node *n, st_node_source *src, const char *ref, const st_pr
     st_copy_opts co = {.threads = opts->threads, .max_rate = opts->max_rate,
                        .want_layer = want_layer, .want_ud = &w,
                        .progress = p ? progress_cb : NULL, .progress_ud = p};
+    double t = st_now();
     rc = src->pull(src, st_node_cache(n), &res->digest, &co, &res->copy, err);
+    res->fetch_seconds = st_now() - t;
     if (rc == ST_OK && w.failed) {
       *err = w.err;
       rc = err->code;
@@ -145,10 +147,14 @@ static int prewarm(st_node *n, st_node_source *src, const char *ref, const st_pr
   if ((rc = st_image_load(&img, st_node_cache(n), &res->digest, err)) < 0)
     return rc;
   res->layers_total = img->n_layers;
+  double t = st_now();
   if (!have_commit && (rc = commit_layers(n, repo, img, opts, res, err)) < 0)
     return rc;
+  res->commit_seconds = st_now() - t;
+  t = st_now();
   if ((rc = checkout(n, repo, &res->digest, err)) < 0)
     return rc;
+  res->checkout_seconds = st_now() - t;
   st_node_touch(n, &res->digest, true);
   return record_tag(n, ref, &res->digest, err);
 }

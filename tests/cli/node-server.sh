@@ -30,6 +30,13 @@ expect_ok pw --json tiny:v1
 [ "$(jfield result)" = prewarmed ] && [ "$(jfield digest)" = "$img1" ] || fail "first: $(cat "$T/out")"
 [ "$(jfield layers_committed)" = 2 ] || fail "layers: $(cat "$T/out")"
 [ "$(jfield bytes_fetched)" -gt 300000 ] || fail "fetched: $(cat "$T/out")"
+# the phases are each part of the whole
+python3 - "$T/out" <<'EOP' || fail "phase seconds: $(cat "$T/out")"
+import json, sys
+r = json.load(open(sys.argv[1]))["images"][0]
+parts = [r["fetch_seconds"], r["commit_seconds"], r["checkout_seconds"]]
+assert all(p > 0 for p in parts) and sum(parts) <= r["seconds"] + 0.002, r
+EOP
 ofsck "$N"
 expect_ok "$STRATA" env run --node-dir "$N" tiny:v1 -- cat /app/data
 cmp -s "$T/out" "$W/app/data" || fail "content through the server"
