@@ -426,7 +426,7 @@ static int node_gc(cli_ctx *ctx, int argc, char **argv) {
          r.removed == 1 ? "" : "s", r.kept_in_use, r.kept_pinned,
          st_format_bytes(r.bytes_before, a, sizeof a), st_format_bytes(r.bytes_after, b, sizeof b));
   if (o.max_bytes && r.bytes_after > o.max_bytes && !ctx->quiet)
-    fprintf(stderr, "strata: warning: node still takes %s, over --max-bytes\n", a);
+    fprintf(stderr, "strata: warning: node still takes %s, over --max-bytes\n", b);
   return CLI_EXIT_OK;
 }
 
