@@ -169,12 +169,12 @@ static void print_result(const char *ref, const st_prewarm_result *r, int rc, co
     json_str(stdout, ref);
     printf(", \"digest\": \"%s%s\", \"result\": \"%s\", \"bytes_fetched\": %llu, "
            "\"bytes_reused\": %llu, \"chunks_fetched\": %llu, \"chunks_needed\": %llu, "
-           "\"files\": %llu, \"layers\": %llu, \"layers_committed\": %llu, \"seconds\": %.3f, "
+           "\"files\": %llu, \"files_reused\": %llu, \"layers\": %llu, \"layers_committed\": %llu, \"seconds\": %.3f, "
            "\"fetch_seconds\": %.3f, \"commit_seconds\": %.3f, \"checkout_seconds\": %.3f",
            hex[0] ? "sha256:" : "", hex, result, (unsigned long long)r->copy.bytes_fetched,
            (unsigned long long)r->copy.bytes_reused, (unsigned long long)r->copy.chunks_fetched,
            (unsigned long long)r->copy.chunks_needed, (unsigned long long)r->files,
-           (unsigned long long)r->layers_total, (unsigned long long)r->layers_committed,
+           (unsigned long long)r->files_reused, (unsigned long long)r->layers_total, (unsigned long long)r->layers_committed,
            r->seconds, r->fetch_seconds, r->commit_seconds, r->checkout_seconds);
     if (rc < 0) {
       printf(", \"error\": ");

@@ -91,6 +91,7 @@ typedef struct {
   st_copy_stats copy;   /* what was fetched and reused */
   uint64_t layers_total, layers_committed;
   uint64_t files;       /* entries of the layers committed by this run */
+  uint64_t files_reused; /* ... of them regular files whose object the repo had */
   double seconds;       /* all of it; then its phases: */
   double fetch_seconds, commit_seconds, checkout_seconds;
 } st_prewarm_result;

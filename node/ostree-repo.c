@@ -17,7 +17,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "filemap.h"
 #include "layer-index.h"
+#include "log.h"
 #include "pool.h"
 #include "unpack.h"
 
@@ -31,6 +33,7 @@ ST_DEFINE_FREEP(st_pool, st_pool_free)
 struct st_ostree {
   OstreeRepo *repo;
   bool user_mode;
+  st_filemap *files; /* <repo>.files: file identity -> content object */
 };
 
 /* The edge: a GError becomes an st_error with the closest code. */
@@ -96,6 +99,12 @@ int st_ostree_open(st_ostree **out, const char *path, st_error *err) {
     return st_error_set(err, ST_ENOMEM, "out of memory");
   r->repo = g_steal_pointer(&repo);
   r->user_mode = mode == OSTREE_REPO_MODE_BARE_USER_ONLY;
+  g_autofree char *map = g_strdup_printf("%s.files", path);
+  int rc = st_filemap_open(&r->files, map, err);
+  if (rc < 0) {
+    st_ostree_free(r);
+    return rc;
+  }
   *out = r;
   return ST_OK;
 }
@@ -104,6 +113,7 @@ void st_ostree_free(st_ostree *r) {
   if (!r)
     return;
   g_clear_object(&r->repo);
+  st_filemap_free(r->files);
   free(r);
 }
 
@@ -141,10 +151,12 @@ typedef struct {
   st_store *cache;
   const st_layer_index *idx;
   char **csums; /* per entry: content checksum (regular files, symlinks) */
+  st_digest *keys; /* per regular file: its identity in the file map */
+  bool *written;   /* per regular file: written now (not reused) */
   pthread_mutex_t lock;
   st_error err;
   bool failed;
-  uint64_t bytes;
+  uint64_t bytes, files_reused, bytes_reused;
 } layer_job;
 
 typedef struct {
@@ -172,7 +184,57 @@ static void entry_owner_mode(st_ostree *r, const st_entry *e, guint32 *uid, guin
   *mode = r->user_mode ? (e->mode & 0775) : (e->mode & 07777);
 }
 
-static int write_regular(layer_job *j, const st_entry *e, char **csum_out, st_error *err) {
+/* A regular file's identity as the repo stores it: owner, mode and xattrs as
+ * written, size, and the chunk list (which fixes the content). */
+static int file_key(st_ostree *r, const st_entry *e, st_digest *out) {
+  st_hasher *h = st_hasher_new();
+  if (!h)
+    return ST_ENOMEM;
+  guint32 v[3];
+  entry_owner_mode(r, e, &v[0], &v[1], &v[2]);
+  st_hasher_update(h, "strata-file-1", 13);
+  st_hasher_update(h, v, sizeof v);
+  st_hasher_update(h, &e->size, sizeof e->size);
+  uint64_t nx = r->user_mode ? 0 : e->n_xattrs;
+  st_hasher_update(h, &nx, sizeof nx);
+  for (size_t k = 0; k < nx; k++) {
+    uint64_t len = e->xattrs[k].len;
+    st_hasher_update(h, e->xattrs[k].name, strlen(e->xattrs[k].name) + 1);
+    st_hasher_update(h, &len, sizeof len);
+    st_hasher_update(h, e->xattrs[k].value, e->xattrs[k].len);
+  }
+  for (size_t k = 0; k < e->n_chunks; k++)
+    st_hasher_update(h, e->chunks[k].digest.bytes, ST_DIGEST_LEN);
+  st_hasher_final(h, out);
+  st_hasher_free(h);
+  return ST_OK;
+}
+
+/* The content object of a file the repo already has (by the file map), or
+ * NULL. */
+static char *known_object(st_ostree *r, const st_digest *key, st_error *err) {
+  const uint8_t *raw = st_filemap_get(r->files, key);
+  if (!raw)
+    return NULL;
+  char *csum = ostree_checksum_from_bytes(raw);
+  gboolean have = FALSE;
+  g_autoptr(GError) gerr = NULL;
+  if (!ostree_repo_has_object(r->repo, OSTREE_OBJECT_TYPE_FILE, csum, &have, NULL, &gerr)) {
+    gerr_to_st(err, gerr, "object %s", csum);
+    have = FALSE;
+  }
+  if (!have)
+    g_free(g_steal_pointer(&csum));
+  return csum;
+}
+
+static int write_regular(layer_job *j, size_t i, const st_entry *e, char **csum_out,
+                         st_error *err) {
+  if (file_key(j->r, e, &j->keys[i]) < 0)
+    return st_error_set(err, ST_ENOMEM, "out of memory");
+  if ((*csum_out = known_object(j->r, &j->keys[i], err)))
+    return ST_OK;
+  j->written[i] = true;
   g_autoptr(GError) gerr = NULL;
   guint32 uid, gid, mode;
   entry_owner_mode(j->r, e, &uid, &gid, &mode);
@@ -210,7 +272,7 @@ static void file_task_run(void *arg) {
   const st_entry *e = st_layer_index_entry(j->idx, t->i);
   st_error err = {0};
   char *csum = NULL;
-  int rc = write_regular(j, e, &csum, &err);
+  int rc = write_regular(j, t->i, e, &csum, &err);
   pthread_mutex_lock(&j->lock);
   if (rc < 0 && !j->failed) {
     j->failed = true;
@@ -218,7 +280,12 @@ static void file_task_run(void *arg) {
   }
   if (rc == ST_OK) {
     j->csums[t->i] = csum;
-    j->bytes += e->size;
+    if (j->written[t->i])
+      j->bytes += e->size;
+    else {
+      j->files_reused++;
+      j->bytes_reused += e->size;
+    }
   }
   pthread_mutex_unlock(&j->lock);
 }
@@ -371,6 +438,30 @@ static void abort_tx(st_ostree *r) {
   (void)ostree_repo_abort_transaction(r->repo, NULL, NULL);
 }
 
+/* After the layer's commit: the files written now go into the file map.
+ * The map only saves work, so a failure to extend it is a warning. */
+static void remember_files(st_ostree *r, layer_job *j, size_t n) {
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++)
+    m += j->written[i];
+  st_digest *keys = calloc(m + 1, sizeof *keys);
+  uint8_t(*csums)[32] = calloc(m + 1, sizeof *csums);
+  st_error err = {0};
+  if (!keys || !csums)
+    st_error_set(&err, ST_ENOMEM, "out of memory");
+  for (size_t i = 0, k = 0; keys && csums && i < n; i++)
+    if (j->written[i]) {
+      keys[k] = j->keys[i];
+      ostree_checksum_inplace_to_bytes(j->csums[i], csums[k++]);
+    }
+  if (err.code == ST_OK)
+    st_filemap_add(r->files, keys, (const uint8_t(*)[32])csums, m, &err);
+  if (err.code < 0)
+    st_warn("node file map: %s (unchanged files of later layers are written again)", err.msg);
+  free(keys);
+  free(csums);
+}
+
 int st_ostree_write_layer(st_ostree *r, st_store *cache, const st_digest *layer, unsigned threads,
                           st_ostree_layer_stats *stats, st_error *err) {
   char hex[ST_DIGEST_HEX_LEN + 1], ref[128], subject[128];
@@ -384,8 +475,14 @@ int st_ostree_write_layer(st_ostree *r, st_store *cache, const st_digest *layer,
   size_t n = st_layer_index_count(idx);
   layer_job j = {.r = r, .cache = cache, .idx = idx, .lock = PTHREAD_MUTEX_INITIALIZER};
   j.csums = calloc(n + 1, sizeof *j.csums);
-  if (!j.csums)
+  j.keys = calloc(n + 1, sizeof *j.keys);
+  j.written = calloc(n + 1, sizeof *j.written);
+  if (!j.csums || !j.keys || !j.written) {
+    free(j.csums);
+    free(j.keys);
+    free(j.written);
     return st_error_set(err, ST_ENOMEM, "out of memory");
+  }
   if ((rc = begin(r, err)) < 0)
     goto out;
   if ((rc = write_files(&j, threads, err)) < 0)
@@ -405,9 +502,12 @@ int st_ostree_write_layer(st_ostree *r, st_store *cache, const st_digest *layer,
     if ((rc = commit_tree(r, mt, subject, md, ref, err)) < 0)
       goto fail;
   }
+  remember_files(r, &j, n);
   if (stats) {
     stats->files += n;
     stats->bytes += j.bytes;
+    stats->files_reused += j.files_reused;
+    stats->bytes_reused += j.bytes_reused;
   }
   goto out;
 fail:
@@ -417,6 +517,8 @@ out:
   for (size_t i = 0; i < n; i++)
     g_free(j.csums[i]);
   free(j.csums);
+  free(j.keys);
+  free(j.written);
   pthread_mutex_destroy(&j.lock);
   return rc;
 }

@@ -30,10 +30,15 @@ int st_ostree_has_image(st_ostree *r, const st_digest *image, st_error *err);
 typedef struct {
   uint64_t files;   /* regular files, symlinks and directories written */
   uint64_t bytes;   /* content bytes written */
+  /* regular files whose content object the repo had (file map): not read
+   * from the cache, not written */
+  uint64_t files_reused, bytes_reused;
 } st_ostree_layer_stats;
 
 /* Writes layer `layer` (its index and chunks must be in cache, every chunk
- * is verified again as it is read) as one commit in its own transaction:
+ * is verified again as it is read; a file the repo already holds, by the
+ * file map <repo>.files, reuses its object) as one commit in its own
+ * transaction:
  * regular files on `threads` workers, then the tree, the commit with the
  * layer's whiteouts and opaque directories in its metadata, and the ref. A
  * failure aborts the transaction: no ref, nothing visible. */

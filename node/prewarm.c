@@ -97,6 +97,7 @@ static int commit_layers(st_node *n, st_ostree *repo, const st_image *img,
                                       err)) == ST_OK) {
         res->layers_committed++;
         res->files += ls.files;
+        res->files_reused += ls.files_reused;
       }
     } else if (rc > 0)
       rc = ST_OK;

@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # strata prewarm --server: from `strata serve` on 127.0.0.1 into a fresh node
 # directory; the environment runs; a second run fetches nothing; a change to
-# the top layer fetches only its new data; a corrupt chunk on the server fails
-# naming it and commits nothing for its layer, and succeeds after the repair;
+# the top layer fetches only its new data and writes only its new files (the
+# file map; a damaged record costs one rewrite); a corrupt chunk on the server
+# fails naming it and commits nothing for its layer, and succeeds after the
+# repair;
 # --max-rate spaces the fetch out; an unreachable server or an unknown image
 # is one clear error.
 . "$(dirname "$0")/lib.sh"
@@ -30,6 +32,7 @@ expect_ok pw --json tiny:v1
 [ "$(jfield result)" = prewarmed ] && [ "$(jfield digest)" = "$img1" ] || fail "first: $(cat "$T/out")"
 [ "$(jfield layers_committed)" = 2 ] || fail "layers: $(cat "$T/out")"
 [ "$(jfield bytes_fetched)" -gt 300000 ] || fail "fetched: $(cat "$T/out")"
+[ "$(jfield files_reused)" = 0 ] || fail "a fresh node reused files: $(cat "$T/out")"
 # the phases are each part of the whole
 python3 - "$T/out" <<'EOP' || fail "phase seconds: $(cat "$T/out")"
 import json, sys
@@ -57,7 +60,14 @@ expect_ok pw --json tiny:v2
 f=$(jfield bytes_fetched)
 max=$((200000 * 11 / 10 + idx_bytes + man_bytes))
 [ "$f" -ge 200000 ] && [ "$f" -le "$max" ] || fail "delta fetched $f bytes, want 200000..$max"
-cmp "$W/app/new" "$N/checkouts/${img2#sha256:}/app/new" || fail "delta content"
+# the changed layer's unchanged files (hello, data) reuse their objects
+[ "$(jfield files_reused)" = 2 ] || fail "delta reused: $(cat "$T/out")"
+for f in new data hello; do
+  cmp "$W/app/$f" "$N/checkouts/${img2#sha256:}/app/$f" || fail "delta content: $f"
+done
+# a damaged file map record only costs a rewrite of that file
+[ -s "$N/repo.files" ] || fail "no file map"
+flip_byte "$N/repo.files" 40
 
 # --- a corrupt chunk on the server ---
 rand_file "$W/app/new" 100000
@@ -81,6 +91,10 @@ grep -q "${app3#sha256:}" "$T/refs" && fail "a layer with a corrupt chunk was co
 cp "$T/good" "$obj"
 expect_ok pw --json tiny:v3
 [ "$(jfield result)" = prewarmed ] || fail "after repair: $(cat "$T/out")"
+[ "$(jfield files_reused)" -ge 1 ] || fail "v3 reused nothing: $(cat "$T/out")"
+for f in new data hello; do
+  cmp "$W/app/$f" "$N/checkouts/${img3#sha256:}/app/$f" || fail "v3 content: $f"
+done
 ofsck "$N"
 
 # --- errors ---
