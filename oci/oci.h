@@ -151,8 +151,11 @@ typedef struct {
   bool progress;    /* draw a progress line */
   /* registry */
   bool insecure;    /* plain HTTP */
-  const char *user, *password; /* nullable: basic auth */
-  const char *token;           /* nullable: bearer token */
+  /* nullable: basic credentials, sent to a registry that asks for Basic
+   * auth, or to its token server when it asks for a Bearer token */
+  const char *user, *password;
+  const char *token;   /* nullable: a bearer token obtained beforehand */
+  const char *ca_file; /* nullable: CA bundle for HTTPS (else the system's) */
 } st_oci_publish_opts;
 
 typedef struct {
@@ -174,7 +177,12 @@ int st_oci_publish_layout(st_store *s, const st_image *img, const char *dir, con
                           st_error *err);
 /* Pushes the image to target "HOST[:PORT]/REPO:TAG" over the OCI
  * distribution API: blobs the registry lacks (HEAD) are uploaded, then the
- * manifest is put. */
+ * manifest is put. A 401 is answered as its WWW-Authenticate asks: Basic
+ * with o->user, or Bearer with a token fetched from the challenge's realm
+ * (scope repository:REPO:pull,push and whatever else is challenged; basic
+ * credentials sent there when given), kept for the push and fetched again
+ * when a new scope is challenged or it expired. Refused credentials are
+ * ST_EAUTH naming the registry (or token server) and the HTTP status. */
 int st_oci_publish_registry(st_store *s, const st_image *img, const char *target,
                             const st_oci_publish_opts *o, st_oci_publish_result *res,
                             st_error *err);

@@ -6,7 +6,10 @@
  *   ─> PUT manifests/TAG
  *
  * Blobs are made in a temporary directory only when the registry lacks them
- * or their digest is not known from an earlier publish. */
+ * or their digest is not known from an earlier publish. Every request goes
+ * through request(): on HTTP 401 it reads the challenge and tries again with
+ * basic credentials or a bearer token fetched from the token server
+ * (registry-auth.c), which is then kept for the rest of the push. */
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -15,27 +18,51 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fs.h"
 #include "log.h"
 #include "oci-private.h"
 #include "progress.h"
+#include "registry-auth.h"
 #include "unpack.h"
 
-#define BODY_MAX (64u << 10)
+#define TOKEN_CHARS                                                                      \
+  "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~+/=!#$%&'*^`|:,;@?()[]{}<>"
+
+enum auth_mode { AUTH_NONE, AUTH_BASIC, AUTH_BEARER, AUTH_FIXED_TOKEN };
 
 struct reg {
   CURL *curl;
   char *base;      /* scheme://host[:port] */
   char *repo, *tag;
   const st_oci_publish_opts *o;
-  struct curl_slist *auth;
   char location[2048];
   char body[512];  /* start of the last response body, for messages */
   size_t body_len;
   st_progress *progress;
   uint64_t sent_before; /* bytes of earlier uploads, for progress */
+  /* authentication */
+  enum auth_mode mode;
+  char challenge[2048];  /* the last Bearer (else Basic) WWW-Authenticate value */
+  bool challenge_bearer;
+  char *bearer;          /* owned: the bearer token in use */
+  time_t bearer_expires;
+  st_oci_scopes scopes;  /* what the token was asked for */
+};
+
+/* One request: method, URL, body from memory or a file. */
+struct req {
+  const char *what;         /* for messages */
+  const char *method;       /* "HEAD", "POST", "PUT" */
+  const char *url;
+  const char *content_type; /* nullable */
+  const void *data;         /* nullable: body in memory */
+  size_t len;
+  FILE *file;               /* nullable: body from a file (rewound per try) */
+  uint64_t file_size;
 };
 
 /* Splits "HOST[:PORT]/REPO:TAG". */
@@ -65,19 +92,36 @@ static int parse_target(struct reg *r, const char *target, st_error *err) {
   return ST_OK;
 }
 
+/* The value of header `name` (len bytes incl. CRLF) trimmed, or NULL. */
+static const char *header_value(const char *buf, size_t len, const char *name, size_t *vl) {
+  size_t nl = strlen(name);
+  if (len <= nl || strncasecmp(buf, name, nl))
+    return NULL;
+  const char *v = buf + nl;
+  size_t n = len - nl;
+  while (n && (*v == ' ' || *v == '\t'))
+    v++, n--;
+  while (n && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' '))
+    n--;
+  *vl = n;
+  return v;
+}
+
 static size_t on_header(char *buf, size_t size, size_t n, void *ud) {
   struct reg *r = ud;
-  size_t len = size * n;
-  if (len > 9 && !strncasecmp(buf, "location:", 9)) {
-    const char *v = buf + 9;
-    size_t vl = len - 9;
-    while (vl && (*v == ' ' || *v == '\t'))
-      v++, vl--;
-    while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' '))
-      vl--;
-    if (vl < sizeof r->location) {
-      memcpy(r->location, v, vl);
-      r->location[vl] = '\0';
+  size_t len = size * n, vl;
+  const char *v;
+  if ((v = header_value(buf, len, "location:", &vl)) && vl < sizeof r->location) {
+    memcpy(r->location, v, vl);
+    r->location[vl] = '\0';
+  } else if ((v = header_value(buf, len, "www-authenticate:", &vl)) &&
+             vl < sizeof r->challenge) {
+    /* several challenges: a Bearer one wins over Basic */
+    bool bearer = vl >= 6 && !strncasecmp(v, "bearer", 6);
+    if (!r->challenge[0] || (bearer && !r->challenge_bearer)) {
+      memcpy(r->challenge, v, vl);
+      r->challenge[vl] = '\0';
+      r->challenge_bearer = bearer;
     }
   }
   return len;
@@ -109,36 +153,145 @@ static const char *body_line(struct reg *r) {
   return r->body;
 }
 
-/* Performs the prepared request; *status gets the HTTP status. */
-static int perform(struct reg *r, const char *what, long *status, st_error *err) {
-  r->location[0] = '\0';
-  r->body[0] = '\0';
-  r->body_len = 0;
-  curl_easy_setopt(r->curl, CURLOPT_HTTPHEADER, r->auth);
-  CURLcode cc = curl_easy_perform(r->curl);
-  if (cc != CURLE_OK)
-    return st_error_set(err, cc == CURLE_OPERATION_TIMEDOUT ? ST_ETIMEOUT : ST_EUNAVAIL,
-                        "registry %s: %s: %s", r->base, what, curl_easy_strerror(cc));
-  curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, status);
-  if (*status == 401 || *status == 403)
-    return st_error_set(err, ST_EAUTH, "registry %s: %s: HTTP %ld (credentials refused or "
-                        "missing) %.200s", r->base, what, *status, body_line(r));
+/* Sets up curl for q with the current credentials; *h gets the header list. */
+static int setup(struct reg *r, const struct req *q, struct curl_slist **h, st_error *err) {
+  CURL *c = r->curl;
+  curl_easy_reset(c);
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+  curl_easy_setopt(c, CURLOPT_USERAGENT, "strata");
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 30L);
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_URL, q->url);
+  if (r->o->ca_file)
+    curl_easy_setopt(c, CURLOPT_CAINFO, r->o->ca_file);
+  if (r->mode == AUTH_BASIC) {
+    curl_easy_setopt(c, CURLOPT_USERNAME, r->o->user);
+    curl_easy_setopt(c, CURLOPT_PASSWORD, r->o->password ? r->o->password : "");
+    curl_easy_setopt(c, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+  }
+  if (!strcmp(q->method, "HEAD")) {
+    curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+  } else if (q->file) {
+    if (fseeko(q->file, 0, SEEK_SET) < 0)
+      return st_error_errno(err, errno, "registry %s: %s: rewind", r->base, q->what);
+    curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(c, CURLOPT_READDATA, q->file);
+    curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->file_size);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_xfer);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, r);
+  } else {
+    if (!strcmp(q->method, "POST"))
+      curl_easy_setopt(c, CURLOPT_POST, 1L);
+    else
+      curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, q->method);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, q->data ? q->data : "");
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)q->len);
+  }
+  char line[64 + (16u << 10)];
+  bool ok = true;
+  if (r->bearer) {
+    snprintf(line, sizeof line, "Authorization: Bearer %s", r->bearer);
+    ok = (*h = curl_slist_append(*h, line));
+  }
+  if (ok && q->content_type) {
+    snprintf(line, sizeof line, "Content-Type: %s", q->content_type);
+    ok = (*h = curl_slist_append(*h, line));
+  }
+  if (ok)
+    ok = (*h = curl_slist_append(*h, "Expect:"));
+  if (!ok)
+    return st_error_set(err, ST_ENOMEM, "out of memory");
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, *h);
   return ST_OK;
 }
 
-static void reset(struct reg *r) {
-  curl_easy_reset(r->curl);
-  curl_easy_setopt(r->curl, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(r->curl, CURLOPT_HEADERDATA, r);
-  curl_easy_setopt(r->curl, CURLOPT_WRITEFUNCTION, on_body);
-  curl_easy_setopt(r->curl, CURLOPT_WRITEDATA, r);
-  curl_easy_setopt(r->curl, CURLOPT_USERAGENT, "strata");
-  curl_easy_setopt(r->curl, CURLOPT_CONNECTTIMEOUT, 30L);
-  curl_easy_setopt(r->curl, CURLOPT_NOSIGNAL, 1L);
-  if (r->o->user) {
-    curl_easy_setopt(r->curl, CURLOPT_USERNAME, r->o->user);
-    curl_easy_setopt(r->curl, CURLOPT_PASSWORD, r->o->password ? r->o->password : "");
-    curl_easy_setopt(r->curl, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+static int bearer_refresh(struct reg *r, const st_oci_challenge *c, st_error *err) {
+  const st_oci_publish_opts *o = r->o;
+  st_oci_token_req tq = {.registry = r->base, .user = o->user, .password = o->password,
+                         .ca_file = o->ca_file};
+  char *tok = NULL;
+  long expires = 0;
+  int rc = st_oci_token_fetch(r->curl, &tq, c, &r->scopes, &tok, &expires, err);
+  if (rc < 0)
+    return rc;
+  free(r->bearer);
+  r->bearer = tok;
+  r->bearer_expires = time(NULL) + expires;
+  r->mode = AUTH_BEARER;
+  st_debug("registry %s: bearer token for %zu scope(s), valid %ld s", r->base, r->scopes.n,
+           expires);
+  return ST_OK;
+}
+
+/* After a 401: decides how to authenticate the next try, or fails. */
+static int on_unauthorized(struct reg *r, const char *what, st_error *err) {
+  const st_oci_publish_opts *o = r->o;
+  st_oci_challenge c;
+  st_error ce = {0};
+  if (!r->challenge[0])
+    return st_error_set(err, ST_EAUTH, "registry %s: %s: HTTP 401 without an authentication "
+                        "challenge", r->base, what);
+  if (st_oci_challenge_parse(&c, r->challenge, strlen(r->challenge), &ce) < 0)
+    return st_error_set(err, ST_EAUTH, "registry %s: %s: HTTP 401: %s", r->base, what, ce.msg);
+  if (r->mode == AUTH_FIXED_TOKEN)
+    return st_error_set(err, ST_EAUTH, "registry %s: %s: HTTP 401 (the --token was refused)",
+                        r->base, what);
+  if (c.scheme == ST_OCI_AUTH_BASIC) {
+    if (!o->user)
+      return st_error_set(err, ST_EAUTH, "registry %s: %s: HTTP 401 (the registry wants a user "
+                          "name and password: --username and --password-stdin)", r->base, what);
+    if (r->mode == AUTH_BASIC)
+      return st_error_set(err, ST_EAUTH, "registry %s: %s: HTTP 401 (user '%s': wrong user "
+                          "name or password)", r->base, what, o->user);
+    r->mode = AUTH_BASIC;
+    return ST_OK;
+  }
+  /* Bearer: ask for push and pull of the repository, plus what is challenged */
+  char own[600];
+  snprintf(own, sizeof own, "repository:%s:pull,push", r->repo);
+  bool grew = false, grew2 = false;
+  if (st_oci_scopes_add(&r->scopes, own, &grew, &ce) < 0 ||
+      st_oci_scopes_add(&r->scopes, c.scope, &grew2, &ce) < 0)
+    return st_error_set(err, ST_EAUTH, "registry %s: %s: HTTP 401: %s", r->base, what, ce.msg);
+  bool expired = r->bearer && time(NULL) >= r->bearer_expires;
+  if (r->mode == AUTH_BEARER && !grew && !grew2 && !expired)
+    return st_error_set(err, ST_EAUTH, "registry %s: %s: HTTP 401 (the token for %s was "
+                        "refused%s%s)", r->base, what, c.scope[0] ? c.scope : own,
+                        c.error[0] ? ": " : "", c.error);
+  return bearer_refresh(r, &c, err);
+}
+
+/* Performs q, authenticating on a 401 as the registry asks; *status gets the
+ * final HTTP status (401 and 403 are errors). */
+static int request(struct reg *r, const struct req *q, long *status, st_error *err) {
+  for (int attempt = 0;; attempt++) {
+    r->location[0] = r->body[0] = r->challenge[0] = '\0';
+    r->body_len = 0;
+    r->challenge_bearer = false;
+    struct curl_slist *h = NULL;
+    int rc = setup(r, q, &h, err);
+    CURLcode cc = rc == ST_OK ? curl_easy_perform(r->curl) : CURLE_OK;
+    curl_slist_free_all(h);
+    if (rc < 0)
+      return rc;
+    if (cc != CURLE_OK)
+      return st_error_set(err, cc == CURLE_OPERATION_TIMEDOUT ? ST_ETIMEOUT : ST_EUNAVAIL,
+                          "registry %s: %s: %s", r->base, q->what, curl_easy_strerror(cc));
+    curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, status);
+    if (*status == 403)
+      return st_error_set(err, ST_EAUTH, "registry %s: %s: HTTP 403 (access denied) %.200s",
+                          r->base, q->what, body_line(r));
+    if (*status != 401)
+      return ST_OK;
+    if (attempt == 4)
+      return st_error_set(err, ST_EAUTH, "registry %s: %s: HTTP 401 after %d tries", r->base,
+                          q->what, attempt + 1);
+    if ((rc = on_unauthorized(r, q->what, err)) < 0)
+      return rc;
   }
 }
 
@@ -146,11 +299,9 @@ static int blob_exists(struct reg *r, const st_digest *d, bool *out, st_error *e
   char hex[ST_DIGEST_HEX_LEN + 1], url[4096], what[128];
   snprintf(url, sizeof url, "%s/v2/%s/blobs/sha256:%s", r->base, r->repo, st_digest_hex(d, hex));
   snprintf(what, sizeof what, "HEAD blob sha256:%.12s", hex);
-  reset(r);
-  curl_easy_setopt(r->curl, CURLOPT_URL, url);
-  curl_easy_setopt(r->curl, CURLOPT_NOBODY, 1L);
+  struct req q = {.what = what, .method = "HEAD", .url = url};
   long status = 0;
-  int rc = perform(r, what, &status, err);
+  int rc = request(r, &q, &status, err);
   if (rc < 0)
     return rc;
   if (status != 200 && status != 404)
@@ -166,13 +317,9 @@ static int blob_upload(struct reg *r, const char *path, const st_digest *d, uint
   st_digest_hex(d, hex);
   snprintf(url, sizeof url, "%s/v2/%s/blobs/uploads/", r->base, r->repo);
   snprintf(what, sizeof what, "start upload of blob sha256:%.12s", hex);
-  reset(r);
-  curl_easy_setopt(r->curl, CURLOPT_URL, url);
-  curl_easy_setopt(r->curl, CURLOPT_POST, 1L);
-  curl_easy_setopt(r->curl, CURLOPT_POSTFIELDSIZE, 0L);
-  curl_easy_setopt(r->curl, CURLOPT_POSTFIELDS, "");
+  struct req q = {.what = what, .method = "POST", .url = url};
   long status = 0;
-  int rc = perform(r, what, &status, err);
+  int rc = request(r, &q, &status, err);
   if (rc < 0)
     return rc;
   if (status != 202 || !r->location[0])
@@ -185,25 +332,9 @@ static int blob_upload(struct reg *r, const char *path, const st_digest *d, uint
   if (!f)
     return st_error_errno(err, errno, "open %s", path);
   snprintf(what, sizeof what, "upload blob sha256:%.12s", hex);
-  reset(r);
-  curl_easy_setopt(r->curl, CURLOPT_URL, url);
-  curl_easy_setopt(r->curl, CURLOPT_UPLOAD, 1L);
-  curl_easy_setopt(r->curl, CURLOPT_READDATA, f);
-  curl_easy_setopt(r->curl, CURLOPT_INFILESIZE_LARGE, (curl_off_t)size);
-  curl_easy_setopt(r->curl, CURLOPT_NOPROGRESS, 0L);
-  curl_easy_setopt(r->curl, CURLOPT_XFERINFOFUNCTION, on_xfer);
-  curl_easy_setopt(r->curl, CURLOPT_XFERINFODATA, r);
-  struct curl_slist *h = NULL;
-  for (struct curl_slist *a = r->auth; a; a = a->next)
-    h = curl_slist_append(h, a->data);
-  h = curl_slist_append(h, "Content-Type: application/octet-stream");
-  h = curl_slist_append(h, "Expect:");
-  struct curl_slist *saved = r->auth;
-  r->auth = h;
-  rc = perform(r, what, &status, err);
-  r->auth = saved;
-  curl_slist_free_all(h);
-  if (rc < 0)
+  q = (struct req){.what = what, .method = "PUT", .url = url,
+                   .content_type = "application/octet-stream", .file = f, .file_size = size};
+  if ((rc = request(r, &q, &status, err)) < 0)
     return rc;
   if (status != 201)
     return st_error_set(err, ST_EUNAVAIL, "registry %s: %s: HTTP %ld %.200s", r->base, what,
@@ -215,21 +346,10 @@ static int blob_upload(struct reg *r, const char *path, const st_digest *d, uint
 static int put_manifest(struct reg *r, const char *man, size_t len, st_error *err) {
   char url[4096];
   snprintf(url, sizeof url, "%s/v2/%s/manifests/%s", r->base, r->repo, r->tag);
-  reset(r);
-  curl_easy_setopt(r->curl, CURLOPT_URL, url);
-  curl_easy_setopt(r->curl, CURLOPT_CUSTOMREQUEST, "PUT");
-  curl_easy_setopt(r->curl, CURLOPT_POSTFIELDS, man);
-  curl_easy_setopt(r->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-  struct curl_slist *h = NULL;
-  for (struct curl_slist *a = r->auth; a; a = a->next)
-    h = curl_slist_append(h, a->data);
-  h = curl_slist_append(h, "Content-Type: " ST_OCI_MT_MANIFEST);
-  struct curl_slist *saved = r->auth;
-  r->auth = h;
+  struct req q = {.what = "PUT manifest", .method = "PUT", .url = url,
+                  .content_type = ST_OCI_MT_MANIFEST, .data = man, .len = len};
   long status = 0;
-  int rc = perform(r, "PUT manifest", &status, err);
-  r->auth = saved;
-  curl_slist_free_all(h);
+  int rc = request(r, &q, &status, err);
   if (rc == ST_OK && status != 201 && status != 200)
     rc = st_error_set(err, ST_EUNAVAIL, "registry %s: PUT manifest %s:%s: HTTP %ld %.200s",
                       r->base, r->repo, r->tag, status, body_line(r));
@@ -343,18 +463,19 @@ int st_oci_publish_registry(st_store *s, const st_image *img, const char *target
     rc = st_error_set(err, ST_EIO, "libcurl initialisation failed");
   else if (rc == ST_OK) {
     r.curl = curl_easy_init();
-    if (o->token) {
-      char *h = NULL;
-      if (asprintf(&h, "Authorization: Bearer %s", o->token) >= 0) {
-        r.auth = curl_slist_append(NULL, h);
-        free(h);
-      }
+    if (o->token && (!o->token[0] || strlen(o->token) > (16u << 10) ||
+                     strspn(o->token, TOKEN_CHARS) != strlen(o->token)))
+      rc = st_error_set(err, ST_EINVAL, "registry %s: the token is empty, too long or not "
+                        "printable ASCII", r.base);
+    else if (o->token) {
+      r.bearer = strdup(o->token);
+      r.mode = AUTH_FIXED_TOKEN;
     }
-    if (!r.curl || (o->token && !r.auth))
+    if (rc == ST_OK && (!r.curl || (o->token && !r.bearer)))
       rc = st_error_set(err, ST_ENOMEM, "out of memory");
     if (rc == ST_OK)
       rc = push(&r, s, img, tmp, res, err);
-    curl_slist_free_all(r.auth);
+    free(r.bearer);
     if (r.curl)
       curl_easy_cleanup(r.curl);
     curl_global_cleanup();

@@ -22,6 +22,8 @@ PACKAGES=(
   coreutils findutils diffutils binutils tar gzip
   # tests: the OCI tools that check published images
   skopeo umoci docker-registry
+  # tests: registries with credentials (bcrypt htpasswd; a token server signing RS256 JWTs)
+  apache2-utils python3-jwt python3-cryptography
 )
 if [ "${1:-}" = "--bench" ]; then
   PACKAGES+=(casync ostree zstd tar)

@@ -9,6 +9,13 @@
 #                                hardlink groups and xattrs (tree_manifest)
 #   start_registry               a docker-registry on 127.0.0.1:$REG_PORT, storage in $T; lib.sh
 #                                killed at exit
+#   start_htpasswd_registry      a docker-registry with htpasswd (bcrypt) auth over HTTPS on
+#                                127.0.0.1:$HT_PORT: user alice, password $HT_PASS; its
+#                                self-signed certificate is $T/ht-tls.crt
+#   start_token_registry         a token server (oci-token-server.py) on 127.0.0.1:$TOK_PORT,
+#                                requests logged to $T/token.log, users alice ($TOK_PASS, pull
+#                                and push) and bob (pull only), and a docker-registry with
+#                                token auth trusting it on 127.0.0.1:$TREG_PORT (plain HTTP)
 #   manifest_digest_of_tag L TAG the manifest digest index.json of layout L gives TAG
 
 oci_tools() {
@@ -60,24 +67,73 @@ compare_rootfs() {
   assert_same_tree "$1" "$2"
 }
 
-start_registry() {
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# run_registry NAME PORT [EXTRA-YAML]: docker-registry with storage in $T/NAME,
+# config $T/NAME.yml, log $T/NAME.log; killed at exit (lib.sh)
+run_registry() {
+  local name=$1 port=$2 extra=${3:-}
   command -v docker-registry >/dev/null || skip "docker-registry not installed"
-  REG_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  mkdir -p "$T/registry"
-  cat >"$T/registry.yml" <<Y
+  mkdir -p "$T/$name"
+  cat >"$T/$name.yml" <<Y
 version: 0.1
 log:
   level: error
 storage:
   filesystem:
-    rootdirectory: $T/registry
+    rootdirectory: $T/$name
 http:
-  addr: 127.0.0.1:$REG_PORT
+  addr: 127.0.0.1:$port
+$extra
 Y
-  docker-registry serve "$T/registry.yml" >"$T/registry.log" 2>&1 &
-  REG_PID=$!
-  wait_until 20 bash -c "exec 3<>/dev/tcp/127.0.0.1/$REG_PORT" 2>/dev/null ||
-    fail "docker-registry did not start: $(cat "$T/registry.log")"
+  docker-registry serve "$T/$name.yml" >"$T/$name.log" 2>&1 &
+  wait_until 20 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port" 2>/dev/null ||
+    fail "docker-registry $name did not start: $(cat "$T/$name.log")"
+}
+
+start_registry() {
+  REG_PORT=$(free_port)
+  run_registry registry "$REG_PORT"
+}
+
+start_htpasswd_registry() {
+  command -v htpasswd >/dev/null || skip "htpasswd not installed (apache2-utils)"
+  HT_PORT=$(free_port)
+  HT_PASS=ht-$RANDOM-secret
+  htpasswd -Bbc "$T/htpasswd" alice "$HT_PASS" 2>/dev/null
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 \
+    -addext subjectAltName=IP:127.0.0.1 -keyout "$T/ht-tls.key" -out "$T/ht-tls.crt" 2>/dev/null
+  run_registry ht-registry "$HT_PORT" "  tls:
+    certificate: $T/ht-tls.crt
+    key: $T/ht-tls.key
+auth:
+  htpasswd:
+    realm: strata-test
+    path: $T/htpasswd"
+}
+
+start_token_registry() {
+  # Debian's python3-jwt and python3-cryptography
+  /usr/bin/python3 -c 'import jwt, cryptography' 2>/dev/null ||
+    skip "python3-jwt or python3-cryptography is not installed"
+  TOK_PASS=tok-$RANDOM-secret
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=strata-test-issuer \
+    -keyout "$T/token.key" -out "$T/token.crt" 2>/dev/null
+  /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/oci-token-server.py" "$T/token.port" "$T/token.log" \
+    "$T/token.key" "$T/token.crt" strata-test-issuer strata-test-registry \
+    "alice:$TOK_PASS:pull,push" "bob:bob-pass:pull" 2>"$T/token-server.log" &
+  wait_until 20 test -s "$T/token.port" || fail "token server did not start: $(cat "$T/token-server.log")"
+  TOK_PORT=$(cat "$T/token.port")
+  : >"$T/token.log"
+  TREG_PORT=$(free_port)
+  run_registry token-registry "$TREG_PORT" "auth:
+  token:
+    realm: http://127.0.0.1:$TOK_PORT/token
+    service: strata-test-registry
+    issuer: strata-test-issuer
+    rootcertbundle: $T/token.crt"
 }
 
 manifest_digest_of_tag() {
