@@ -1,13 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* A strata layer as an OCI layer tar: libarchive writes PAX tar entries
- * through our callback, which hashes the tar (diff_id), compresses it (zlib
- * gzip without name or time, or zstd) and hashes and writes the blob. */
+ * through our callback, which hashes the tar (diff_id), compresses it (block-
+ * parallel gzip of gzip-blocks.c, or zstd) and hashes and writes the blob. */
 #include <archive.h>
 #include <archive_entry.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 #include <zstd.h>
 
 #include "fs.h"
@@ -20,8 +19,7 @@ struct sink {
   int fd;
   st_hasher *tar_h, *blob_h;
   uint64_t tar_size, size;
-  z_stream z;
-  bool z_init;
+  st_oci_gzip *gz;
   ZSTD_CStream *zs;
   uint8_t *out;
   int write_errno;
@@ -42,23 +40,14 @@ static int emit(struct sink *k, const uint8_t *p, size_t n) {
   return 0;
 }
 
+static int gz_out(void *ud, const uint8_t *p, size_t n) {
+  return emit(ud, p, n);
+}
+
 /* Compresses n bytes (finish: flush and end the stream). */
 static int compress_some(struct sink *k, const void *data, size_t n, bool finish) {
-  if (k->comp == ST_OCI_GZIP) {
-    k->z.next_in = (Bytef *)(uintptr_t)data;
-    k->z.avail_in = (uInt)n;
-    int zr;
-    do {
-      k->z.next_out = k->out;
-      k->z.avail_out = OUT_BUF;
-      zr = deflate(&k->z, finish ? Z_FINISH : Z_NO_FLUSH);
-      if (zr == Z_STREAM_ERROR)
-        return -1;
-      if (emit(k, k->out, OUT_BUF - k->z.avail_out) < 0)
-        return -1;
-    } while (k->z.avail_out == 0 || (finish && zr != Z_STREAM_END));
-    return 0;
-  }
+  if (k->comp == ST_OCI_GZIP)
+    return finish ? st_oci_gzip_finish(k->gz) : st_oci_gzip_write(k->gz, data, n);
   ZSTD_inBuffer in = {data, n, 0};
   for (;;) {
     ZSTD_outBuffer ob = {k->out, OUT_BUF, 0};
@@ -83,31 +72,26 @@ static la_ssize_t sink_write(struct archive *a, void *ud, const void *buf, size_
   return (la_ssize_t)n;
 }
 
-static int sink_init(struct sink *k, st_oci_compression c, int fd, st_error *err) {
+static int sink_init(struct sink *k, st_oci_compression c, st_oci_gzip_pool *gp, int fd,
+                     st_error *err) {
   *k = (struct sink){.comp = c, .fd = fd};
   k->tar_h = st_hasher_new();
   k->blob_h = st_hasher_new();
   k->out = malloc(OUT_BUF);
   if (!k->tar_h || !k->blob_h || !k->out)
     return st_error_set(err, ST_ENOMEM, "out of memory");
-  if (c == ST_OCI_GZIP) {
-    /* windowBits 31: a gzip wrapper whose header has no name and mtime 0 */
-    if (deflateInit2(&k->z, 6, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY) != Z_OK)
-      return st_error_set(err, ST_ENOMEM, "zlib init failed");
-    k->z_init = true;
-  } else {
-    k->zs = ZSTD_createCStream();
-    if (!k->zs || ZSTD_isError(ZSTD_CCtx_setParameter(k->zs, ZSTD_c_compressionLevel, 3)))
-      return st_error_set(err, ST_ENOMEM, "zstd init failed");
-  }
+  if (c == ST_OCI_GZIP)
+    return st_oci_gzip_new(&k->gz, gp, gz_out, k, err);
+  k->zs = ZSTD_createCStream();
+  if (!k->zs || ZSTD_isError(ZSTD_CCtx_setParameter(k->zs, ZSTD_c_compressionLevel, 3)))
+    return st_error_set(err, ST_ENOMEM, "zstd init failed");
   return ST_OK;
 }
 
 static void sink_free(struct sink *k) {
+  st_oci_gzip_free(k->gz);
   st_hasher_free(k->tar_h);
   st_hasher_free(k->blob_h);
-  if (k->z_init)
-    deflateEnd(&k->z);
   ZSTD_freeCStream(k->zs);
   free(k->out);
 }
@@ -197,10 +181,10 @@ static int put_entry(struct archive *a, struct archive_entry *ae, st_store *s, c
   return rc;
 }
 
-int st_oci_layer_write(st_store *s, const st_layer_index *idx, st_oci_compression c, int fd,
-                       st_oci_blob_info *out, st_error *err) {
+int st_oci_layer_write(st_store *s, const st_layer_index *idx, st_oci_compression c,
+                       st_oci_gzip_pool *gz, int fd, st_oci_blob_info *out, st_error *err) {
   struct sink k;
-  int rc = sink_init(&k, c, fd, err);
+  int rc = sink_init(&k, c, gz, fd, err);
   struct archive *a = rc == ST_OK ? archive_write_new() : NULL;
   struct archive_entry *ae = a ? archive_entry_new() : NULL;
   if (rc == ST_OK && !ae)

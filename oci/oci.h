@@ -134,14 +134,40 @@ typedef struct {
   uint64_t tar_size;
 } st_oci_blob_info;
 
+/* Parallel gzip (gzip-blocks.c): the input in blocks of ST_OCI_GZIP_BLOCK
+ * bytes, each deflated on a worker with the 32 KiB before it as dictionary,
+ * joined by sync flushes into one gzip member (no name, time 0). The output
+ * depends only on the input: not on the number of workers. */
+#define ST_OCI_GZIP_BLOCK (1u << 20)
+/* Workers and a bound on blocks in memory, shared by several streams. */
+typedef struct st_oci_gzip_pool st_oci_gzip_pool;
+/* threads 0: each block is deflated in the writing thread. ST_ENOMEM/ST_EIO. */
+int st_oci_gzip_pool_new(st_oci_gzip_pool **out, unsigned threads, st_error *err);
+/* No stream may be using it any more. NULL is a no-op. */
+void st_oci_gzip_pool_free(st_oci_gzip_pool *gp);
+/* One gzip stream; its bytes go, in order, to out_fn in the writing thread
+ * (returning < 0 fails the stream). */
+typedef struct st_oci_gzip st_oci_gzip;
+typedef int (*st_oci_gzip_out_fn)(void *ud, const uint8_t *p, size_t n);
+/* gp nullable: a private pool without workers. ST_ENOMEM. */
+int st_oci_gzip_new(st_oci_gzip **out, st_oci_gzip_pool *gp, st_oci_gzip_out_fn out_fn, void *ud,
+                    st_error *err);
+/* Returns 0, or -1 once out_fn failed, deflate failed or memory ran out;
+ * then the stream only waits for its blocks in st_oci_gzip_free. */
+int st_oci_gzip_write(st_oci_gzip *z, const void *data, size_t n);
+/* The last block and the trailer. 0 or -1 as st_oci_gzip_write. */
+int st_oci_gzip_finish(st_oci_gzip *z);
+/* Waits for the stream's blocks still at the workers, frees. NULL: no-op. */
+void st_oci_gzip_free(st_oci_gzip *z);
+
 /* Writes the layer idx as a compressed tar to fd: entries in index order,
  * directories with a trailing '/', whiteouts as .wh.NAME, opaque directories
  * followed by DIR/.wh..wh..opq, hardlinks as tar hardlinks, xattrs as PAX
  * records, owners as numbers, mtimes from the index; gzip without name or
  * time, so the same layer always gives the same bytes. Contents are read
- * (and verified) from s. */
-int st_oci_layer_write(st_store *s, const st_layer_index *idx, st_oci_compression c, int fd,
-                       st_oci_blob_info *out, st_error *err);
+ * (and verified) from s. gz (nullable) deflates gzip blocks in parallel. */
+int st_oci_layer_write(st_store *s, const st_layer_index *idx, st_oci_compression c,
+                       st_oci_gzip_pool *gz, int fd, st_oci_blob_info *out, st_error *err);
 
 /* ---- publishing ---- */
 

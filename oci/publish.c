@@ -25,7 +25,9 @@ const char *st_oci_layer_media_type(st_oci_compression c) {
 static void cache_name(char *buf, size_t len, const st_digest *layer, st_oci_compression c) {
   char hex[ST_DIGEST_HEX_LEN + 1];
   st_digest_hex(layer, hex);
-  snprintf(buf, len, "oci/%s/%.2s/%s", c == ST_OCI_ZSTD ? "zstd" : "gzip", hex, hex);
+  /* gzip2: block-parallel gzip (gzip-blocks.c). Records under oci/gzip/ are
+   * of the single-stream gzip of earlier versions, whose blobs differ. */
+  snprintf(buf, len, "oci/%s/%.2s/%s", c == ST_OCI_ZSTD ? "zstd" : "gzip2", hex, hex);
 }
 
 bool st_oci_cache_get(st_store *s, const st_digest *layer, st_oci_compression c,
@@ -110,6 +112,7 @@ int st_oci_write_blob(const char *dir, const void *data, size_t len, st_digest *
 struct make_ctx {
   st_store *s;
   st_oci_compression c;
+  st_oci_gzip_pool *gz; /* nullable */
   const char *dir;
   pthread_mutex_t lock;
   st_error err; /* first failure */
@@ -136,7 +139,7 @@ static int make_one(struct make_ctx *m, const st_image_layer *l, st_oci_blob_inf
   if (fd < 0)
     return fd;
   st_oci_blob_info bi;
-  rc = st_oci_layer_write(m->s, idx, m->c, fd, &bi, err);
+  rc = st_oci_layer_write(m->s, idx, m->c, m->gz, fd, &bi, err);
   if (close(fd) < 0 && rc == ST_OK)
     rc = st_error_errno(err, errno, "write %s", tmp);
   if (rc < 0) {
@@ -183,7 +186,10 @@ int st_oci_make_layers(st_store *s, const st_image *img, const bool *want, st_oc
   pthread_mutex_init(&m.lock, NULL);
   m.progress = st_progress_new("layer tars", total, progress);
   st_pool *pool = NULL;
-  int rc = st_pool_new(&pool, threads, 0, err);
+  /* layers on `threads` workers, and their gzip blocks on as many more */
+  int rc = c == ST_OCI_GZIP ? st_oci_gzip_pool_new(&m.gz, threads, err) : ST_OK;
+  if (rc == ST_OK)
+    rc = st_pool_new(&pool, threads, 0, err);
   for (size_t i = 0; rc == ST_OK && i < img->n_layers; i++) {
     if (!want[i])
       continue;
@@ -196,6 +202,7 @@ int st_oci_make_layers(st_store *s, const st_image *img, const bool *want, st_oc
     st_pool_submit(pool, make_job_run, j);
   }
   st_pool_free(pool);
+  st_oci_gzip_pool_free(m.gz);
   st_progress_free(m.progress);
   pthread_mutex_destroy(&m.lock);
   if (rc == ST_OK && m.failed) {

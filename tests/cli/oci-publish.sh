@@ -4,7 +4,8 @@
 # umoci (unpack gives exactly the root file system strata export gives:
 # contents, modes, owners, symlinks, hardlinks, xattrs, deletions); the same
 # image gives the same manifest digest from another store; a republish
-# makes nothing; tags accumulate in one layout; --zstd; bad input.
+# makes nothing; tags accumulate in one layout; --zstd; gzip layers of
+# several blocks are the same with any number of threads; bad input.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/oci-lib.sh"
 need_root
@@ -75,6 +76,45 @@ rm "$T/lay/blobs/sha256/$top"
 expect_ok "$STRATA" --store "$S" publish demo:1 --oci "$T/lay:1"
 grep -q "(1 made, 1 already there)" "$T/err" || fail "remake: $(cat "$T/err")"
 [ -f "$T/lay/blobs/sha256/$top" ] || fail "missing blob not written again"
+
+# --- gzip blocks are deflated in parallel: a layer of several 1 MiB blocks
+# gives the same bytes with 1, 2 or 3 threads (and inline with -j 0), valid
+# gzip whose tar is the diff_id, read by GNU gzip, Python and umoci (Go) ---
+mkdir -p "$W/bigroot/data"
+text_file "$W/bigroot/data/text" 3500000
+rand_file "$W/bigroot/data/random" 1500000
+for i in $(seq 1 200); do printf 'file %d\n' "$i" >"$W/bigroot/data/f$i"; done
+printf 'image: big\ntag: "1"\nlayers:\n  - name: base\n    sources:\n      - dir: ./bigroot\n' >big.yaml
+expect_ok "$STRATA" --store "$S" build big.yaml
+bman=
+for j in 1 2 3 0; do
+  rm -rf "$S/oci"
+  expect_ok "$STRATA" --store "$S" -j $j publish big:1 --oci "$T/big$j:1"
+  [ -z "$bman" ] || [ "$(tail -n 1 "$T/out")" = "$bman" ] || fail "-j $j gave another manifest"
+  bman=$(tail -n 1 "$T/out")
+done
+bl=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["layers"][0]["digest"][7:])' "$T/big1/blobs/sha256/${bman#sha256:}")
+blob=$T/big1/blobs/sha256/$bl
+cmp "$blob" "$T/big2/blobs/sha256/$bl" || fail "-j 1 and -j 2 blobs differ"
+gzip -t "$blob" || fail "parallel gzip is not valid gzip"
+[ "$(gzip -dc "$blob" | wc -c)" -gt $((4 << 20)) ] || fail "big layer tar is not over 4 blocks"
+h=$(gzip -dc "$blob" | sha256sum | cut -d' ' -f1)
+grep -q "sha256:$h" "$T/big1/blobs/sha256/$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"]["digest"][7:])' "$T/big1/blobs/sha256/${bman#sha256:}")" ||
+  fail "diff_id of the big layer is not the sha256 of its tar"
+python3 -c 'import gzip, hashlib, sys; print(hashlib.sha256(gzip.open(sys.argv[1]).read()).hexdigest())' "$blob" >"$T/pyhash"
+[ "$(cat "$T/pyhash")" = "$h" ] || fail "Python's gzip reads another tar"
+# one gzip member (no name, mtime 0, Unix), not a concatenation
+python3 - "$blob" <<'P' || fail "gzip framing"
+import sys, zlib
+data = open(sys.argv[1], "rb").read()
+assert data[:10] == bytes([0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3]), data[:10]
+d = zlib.decompressobj(31)
+d.decompress(data)
+assert d.eof and d.unused_data == b"", "more than one gzip member"
+P
+expect_ok "$STRATA" --store "$S" export big:1 "$T/bigexport"
+expect_ok umoci unpack --image "$T/big2:1" "$T/bigbundle"
+compare_rootfs "$T/bigexport" "$T/bigbundle/rootfs"
 
 # --- tags accumulate; --zstd ---
 expect_ok "$STRATA" --store "$S" publish demo:1 --oci "$T/lay:z" --zstd
