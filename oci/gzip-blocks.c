@@ -1,15 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Parallel, deterministic gzip (the way pigz does it): the input is cut into
- * fixed blocks of ST_OCI_GZIP_BLOCK bytes; workers deflate each block as raw
- * deflate primed with the last 32 KiB of the block before it, ending with a
- * sync flush (the last block with the final bit); the writer emits the
- * blocks in order between one gzip header and a trailer whose CRC-32 is
- * combined from the blocks'. The bytes depend only on the input, never on
- * the number of workers or their timing.
+/* Parallel, deterministic gzip: the input is cut into fixed blocks of
+ * ST_OCI_GZIP_BLOCK bytes; workers compress each block with libdeflate into
+ * a complete gzip member, and the writer emits the members in order. A
+ * sequence of members is one valid gzip file (RFC 1952 2.2) that gzip, Go's
+ * compress/gzip, Python and containerd read as the concatenated input. The
+ * bytes depend only on the input, never on the number of workers or their
+ * timing. (libdeflate compresses a block about three times faster than zlib
+ * at the same level, with a slightly smaller output; its blocks cannot be
+ * primed with the data before them, which costs under 1% in size.)
  *
  *   st_oci_gzip_write ─ block full ─> take a slot (else emit own oldest)
- *        ─> st_pool_submit(deflate_block) ─> ... ─> emit_oldest (in order)
- *   st_oci_gzip_finish ─> last block ─> emit all ─> trailer
+ *        ─> st_pool_submit(compress_block) ─> ... ─> emit_oldest (in order)
+ *   st_oci_gzip_finish ─> last block ─> emit all
  *
  * Memory is bounded by the pool's slots: at most that many blocks (input and
  * output) exist at once across all streams sharing the pool. A stream with
@@ -18,23 +20,19 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
+#include <libdeflate.h>
 
 #include "oci.h"
 #include "pool.h"
 
-#define DICT (32u << 10)
 #define LEVEL 6
 
 struct block {
   uint8_t *in;
   size_t in_len;
-  uint8_t dict[DICT];
-  size_t dict_len;
   uint8_t *out;
   size_t out_len;
-  uint32_t crc;
-  bool last, done, failed;
+  bool done, failed;
   struct st_oci_gzip_pool *gp;
   struct block *next;
 };
@@ -53,11 +51,8 @@ struct st_oci_gzip {
   void *ud;
   struct block *cur;         /* being filled */
   struct block *head, *tail; /* submitted, oldest first */
-  uint8_t dict[DICT];        /* the last bytes of the input so far */
-  size_t dict_len;
-  uint32_t crc;
-  uint64_t total;
-  bool header_done, failed;
+  uint64_t blocks;           /* submitted so far */
+  bool failed;
 };
 
 int st_oci_gzip_pool_new(st_oci_gzip_pool **out, unsigned threads, st_error *err) {
@@ -93,28 +88,16 @@ static void block_free(struct block *b) {
   }
 }
 
-/* Worker: raw deflate of b->in primed with b->dict. */
-static void deflate_block(void *arg) {
+/* Worker: b->in as one gzip member. */
+static void compress_block(void *arg) {
   struct block *b = arg;
-  z_stream z = {0};
-  bool ok = deflateInit2(&z, LEVEL, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) == Z_OK;
-  size_t cap = ok ? deflateBound(&z, b->in_len) + 64 : 0;
-  if (ok && b->dict_len)
-    ok = deflateSetDictionary(&z, b->dict, (uInt)b->dict_len) == Z_OK;
+  struct libdeflate_compressor *c = libdeflate_alloc_compressor(LEVEL);
+  size_t cap = c ? libdeflate_gzip_compress_bound(c, b->in_len) : 0;
+  bool ok = c && (b->out = malloc(cap)) != NULL;
   if (ok)
-    ok = (b->out = malloc(cap)) != NULL;
-  if (ok) {
-    z.next_in = b->in;
-    z.avail_in = (uInt)b->in_len;
-    z.next_out = b->out;
-    z.avail_out = (uInt)cap;
-    int zr = deflate(&z, b->last ? Z_FINISH : Z_SYNC_FLUSH);
-    ok = z.avail_in == 0 && (b->last ? zr == Z_STREAM_END : zr == Z_OK);
-    b->out_len = cap - z.avail_out;
-    b->crc = (uint32_t)crc32(0, b->in, (uInt)b->in_len);
-  }
-  deflateEnd(&z);
-  free(b->in); /* not needed any more: keeps memory to one copy per slot */
+    ok = (b->out_len = libdeflate_gzip_compress(c, b->in, b->in_len, b->out, cap)) > 0;
+  libdeflate_free_compressor(c);
+  free(b->in); /* not needed any more: keeps memory to about one copy per slot */
   b->in = NULL;
   pthread_mutex_lock(&b->gp->lock);
   b->failed = !ok;
@@ -142,12 +125,7 @@ static int emit_oldest(st_oci_gzip *z) {
     z->tail = NULL;
   if (b->failed)
     z->failed = true;
-  static const uint8_t header[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3}; /* no name, time 0, Unix */
-  if (!z->header_done && out(z, header, sizeof header) == 0)
-    z->header_done = true;
   out(z, b->out, b->out_len);
-  z->crc = (uint32_t)crc32_combine(z->crc, b->crc, (z_off_t)b->in_len);
-  z->total += b->in_len;
   block_free(b);
   pthread_mutex_lock(&gp->lock);
   gp->free_slots++;
@@ -179,23 +157,10 @@ static int take_slot(st_oci_gzip *z) {
 }
 
 /* Hands the current block to the workers. */
-static int submit(st_oci_gzip *z, bool last) {
+static int submit(st_oci_gzip *z) {
   struct block *b = z->cur;
   z->cur = NULL;
-  b->last = last;
   b->gp = z->gp;
-  memcpy(b->dict, z->dict, z->dict_len);
-  b->dict_len = z->dict_len;
-  /* the next block's dictionary: the last DICT bytes of the input so far */
-  if (b->in_len >= DICT) {
-    memcpy(z->dict, b->in + b->in_len - DICT, DICT);
-    z->dict_len = DICT;
-  } else {
-    size_t keep = z->dict_len + b->in_len > DICT ? DICT - b->in_len : z->dict_len;
-    memmove(z->dict, z->dict + z->dict_len - keep, keep);
-    memcpy(z->dict + keep, b->in, b->in_len);
-    z->dict_len = keep + b->in_len;
-  }
   if (take_slot(z) < 0) {
     block_free(b);
     return -1;
@@ -205,7 +170,8 @@ static int submit(st_oci_gzip *z, bool last) {
   else
     z->head = b;
   z->tail = b;
-  st_pool_submit(z->gp->pool, deflate_block, b);
+  z->blocks++;
+  st_pool_submit(z->gp->pool, compress_block, b);
   return 0;
 }
 
@@ -234,7 +200,6 @@ int st_oci_gzip_new(st_oci_gzip **out, st_oci_gzip_pool *gp, st_oci_gzip_out_fn 
     }
     z->gp = z->own;
   }
-  z->crc = (uint32_t)crc32(0, NULL, 0);
   *out = z;
   return ST_OK;
 }
@@ -250,25 +215,20 @@ int st_oci_gzip_write(st_oci_gzip *z, const void *data, size_t n) {
     z->cur->in_len += k;
     p += k;
     n -= k;
-    if (z->cur->in_len == ST_OCI_GZIP_BLOCK && submit(z, false) < 0)
+    if (z->cur->in_len == ST_OCI_GZIP_BLOCK && submit(z) < 0)
       return -1;
   }
   return z->failed ? -1 : 0;
 }
 
 int st_oci_gzip_finish(st_oci_gzip *z) {
-  if (!z->failed && !z->cur && !(z->cur = block_new()))
+  /* the last, partial block; an empty input still gives one (empty) member */
+  if (!z->failed && !z->cur && !z->blocks && !(z->cur = block_new()))
     z->failed = true;
-  if (!z->failed)
-    submit(z, true);
+  if (!z->failed && z->cur)
+    submit(z);
   while (z->head)
     emit_oldest(z);
-  uint8_t trailer[8];
-  for (int i = 0; i < 4; i++) {
-    trailer[i] = (uint8_t)(z->crc >> (8 * i));
-    trailer[4 + i] = (uint8_t)(z->total >> (8 * i)); /* ISIZE: the length mod 2^32 */
-  }
-  out(z, trailer, sizeof trailer);
   return z->failed ? -1 : 0;
 }
 

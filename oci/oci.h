@@ -135,9 +135,9 @@ typedef struct {
 } st_oci_blob_info;
 
 /* Parallel gzip (gzip-blocks.c): the input in blocks of ST_OCI_GZIP_BLOCK
- * bytes, each deflated on a worker with the 32 KiB before it as dictionary,
- * joined by sync flushes into one gzip member (no name, time 0). The output
- * depends only on the input: not on the number of workers. */
+ * bytes, each compressed on a worker (libdeflate, level 6) into one gzip
+ * member (no name, time 0), the members in order. The output depends only
+ * on the input: not on the number of workers. */
 #define ST_OCI_GZIP_BLOCK (1u << 20)
 /* Workers and a bound on blocks in memory, shared by several streams. */
 typedef struct st_oci_gzip_pool st_oci_gzip_pool;

@@ -10,7 +10,7 @@ PACKAGES=(
   # libraries (DESIGN.md: libzstd, libarchive, OpenSSL, protobuf-c, libyaml)
   libzstd-dev libarchive-dev libssl-dev libprotobuf-c-dev protobuf-c-compiler libyaml-dev
   # OCI images: JSON documents, gzip layers, registry HTTP (README: Dependencies)
-  libjansson-dev zlib1g-dev libcurl4-openssl-dev
+  libjansson-dev zlib1g-dev libdeflate-dev libcurl4-openssl-dev
   # run steps and environments are sandboxed with bubblewrap
   bubblewrap
   # gRPC server and client; the independent Python client of the tests; TLS test certificates
