@@ -4,6 +4,8 @@
 #   oci_inputs DIR               a synthetic root and recipe (DIR/r.yaml, image demo:1):
 #                                owners, modes incl. setuid and sticky, symlinks, a
 #                                hardlink, an xattr, a deleted file and a deleted dir
+#   oci_build_demo               oci_inputs in W=$T/w (the working dir from then on), built
+#                                into the store S=$T/store as demo:1
 #   compare_rootfs A B           the two root file systems have the same entries,
 #                                contents, types, modes, owners, symlink targets,
 #                                hardlink groups and xattrs (tree_manifest)
@@ -61,6 +63,14 @@ config:
   workdir: /srv
   labels: {cuda: "12.4", framework: none}
 Y
+}
+
+oci_build_demo() {
+  W=$T/w
+  oci_inputs "$W"
+  cd "$W"
+  S=$T/store
+  expect_ok "$STRATA" --store "$S" build r.yaml
 }
 
 compare_rootfs() {

@@ -11,11 +11,7 @@
 need_root
 oci_tools
 
-W=$T/w
-oci_inputs "$W"
-cd "$W"
-S=$T/store
-expect_ok "$STRATA" --store "$S" build r.yaml
+oci_build_demo
 
 # --- publish, and what skopeo sees ---
 expect_ok "$STRATA" --store "$S" publish demo:1 --oci "$T/lay"

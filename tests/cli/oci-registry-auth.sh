@@ -16,11 +16,7 @@ command -v openssl >/dev/null || skip "openssl not installed"
 start_htpasswd_registry
 start_token_registry
 
-W=$T/w
-oci_inputs "$W"
-cd "$W"
-S=$T/store
-expect_ok "$STRATA" --store "$S" build r.yaml
+oci_build_demo
 expect_ok "$STRATA" --store "$S" publish demo:1 --oci "$T/lay:1"
 man=$(tail -n 1 "$T/out")
 [[ $man =~ $DIGEST_RE ]] || fail "no digest: $man"

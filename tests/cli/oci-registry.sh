@@ -11,12 +11,8 @@ need_root
 oci_tools
 start_registry
 
-W=$T/w
-oci_inputs "$W"
-cd "$W"
-S=$T/store
+oci_build_demo
 R=127.0.0.1:$REG_PORT
-expect_ok "$STRATA" --store "$S" build r.yaml
 
 expect_ok "$STRATA" --store "$S" publish demo:1 --registry "$R/team/demo:1" --insecure
 man=$(tail -n 1 "$T/out")
