@@ -110,6 +110,9 @@ echo "delta: fetched $f bytes; new chunk data $new_bytes bytes, index + manifest
 [ "$f" -ge "$new_bytes" ] || fail "delta fetched $f bytes, less than the $new_bytes new"
 [ "$f" -le $((new_bytes * 11 / 10 + meta)) ] || fail "delta fetched $f bytes > 1.1 x $new_bytes + $meta"
 cmp "$R/delta1.bin" "$N/checkouts/${img2#sha256:}/opt/delta1.bin" || fail "delta content"
+# the rebuilt layer's unchanged files come from the file map, not rewritten
+[ "$(jfield files_reused)" -ge $(($(jfield files) / 2)) ] ||
+  fail "delta rewrote the unchanged files: $(jfield files_reused) of $(jfield files) reused"
 expect_ok "$STRATA" env run --node-dir "$N" "$IMG" -- python3 -c 'import torch; print(torch.__version__)'
 [ "$(cat "$T/out")" = "$py_version" ] || fail "after the delta: '$(cat "$T/out")'"
 
