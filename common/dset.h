@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cleanup.h"
 #include "digest.h"
 
 typedef struct st_dset st_dset;
@@ -15,6 +16,7 @@ typedef struct st_dset st_dset;
 /* NULL on OOM. */
 st_dset *st_dset_new(void);
 void st_dset_free(st_dset *s);
+ST_DEFINE_FREEP(st_dset, st_dset_free)
 /* Inserts d -> value. Returns 1 if inserted, 0 if d was present (its value is
  * left unchanged), ST_ENOMEM if the table could not grow. */
 int st_dset_insert(st_dset *s, const st_digest *d, uint64_t value);

@@ -20,7 +20,6 @@
 #define BATCH_DIGESTS 4096u
 #define DEFAULT_STREAMS 4u
 
-ST_DEFINE_FREEP(st_dset, st_dset_free)
 ST_DEFINE_FREEP(st_codec, st_codec_free)
 
 typedef struct {

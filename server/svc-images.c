@@ -171,8 +171,6 @@ static int fill_set(st_dset *set, const ProtobufCBinaryData *v, size_t n, const 
   return ST_OK;
 }
 
-ST_DEFINE_FREEP(st_dset, st_dset_free)
-
 struct digest_list {
   ProtobufCBinaryData *v;
   st_digest *d;
