@@ -201,8 +201,11 @@ static int collect(const st_recipe *r, st_recipe_instance **v, size_t n, struct 
                                 "to a build server; write it relative to the recipe",
                                 src->recipe_file, src->loc.line, src->loc.col, ly->name,
                                 src->rel_paths[p]);
-          int rc = items_add(it, src->paths[p],
-                             src->kind == ST_SOURCE_DIR || src->kind == ST_SOURCE_OCI, err);
+          struct stat st; /* an oci source is a layout directory or a tarball */
+          bool dir = src->kind == ST_SOURCE_DIR ||
+                     (src->kind == ST_SOURCE_OCI && stat(src->paths[p], &st) == 0 &&
+                      S_ISDIR(st.st_mode));
+          int rc = items_add(it, src->paths[p], dir, err);
           if (rc < 0)
             return rc;
         }

@@ -151,7 +151,13 @@ static int stat_input(const st_rsource *rs, const char *abs, st_error *err) {
     return st_rerr(err, code, rs->path.pos, "%s: cannot find '%.200s': %s", kind, abs,
                    strerror(errno));
   }
-  bool want_dir = rs->kind == ST_SOURCE_DIR || rs->kind == ST_SOURCE_OCI;
+  if (rs->kind == ST_SOURCE_OCI) { /* a layout directory, or a tarball */
+    if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+      return st_rerr(err, ST_EFORMAT, rs->path.pos, "%s: '%.200s' is neither a directory nor "
+                     "a regular file", kind, abs);
+    return 0;
+  }
+  bool want_dir = rs->kind == ST_SOURCE_DIR;
   if (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))
     return st_rerr(err, ST_EFORMAT, rs->path.pos, "%s: '%.200s' is not a %s", kind, abs,
                    want_dir ? "directory" : "regular file");

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* OCI image sources: the layers of one manifest of an OCI image layout are
- * streamed (tar, tar+gzip, tar+zstd through libarchive, every blob hashed as
- * it is read and checked against its descriptor), each into a layer of its
- * own with OCI whiteouts as strata whiteouts and opaque directories; the
- * layers are composed in order and the resulting tree is laid under dest. */
+/* OCI image sources: the layers of one image of an OCI image layout or a
+ * docker archive are streamed (oci/import.c: every blob hashed and its
+ * uncompressed tar hashed for its diff_id as it is read), each into a layer
+ * of its own with OCI whiteouts as strata whiteouts and opaque directories;
+ * the layers are composed in order and the resulting tree is laid under
+ * dest. */
 #include <archive.h>
 #include <errno.h>
 #include <limits.h>
@@ -45,70 +46,38 @@ static int check_parents(const st_layer_index *layer, const st_layer_index *lowe
   return ST_OK;
 }
 
-/* Streams one layer blob into a new layer (not stored: it only feeds the
+/* Streams layer li into a new layer (not stored: it only feeds the
  * composition). lower: the layers composed so far, so that a path under a
  * lower symlink is refused instead of written through it. */
-static int read_layer(st_store *s, const st_oci_layout *l, const st_oci_desc *d, size_t li,
-                      const st_layer_index *lower, const st_source_opts *o,
-                      st_layer_index **out, st_error *err) {
-  char hex[ST_DIGEST_HEX_LEN + 1], what[PATH_MAX + 160];
-  st_digest_hex(&d->digest, hex);
-  snprintf(what, sizeof what, "oci %s: layer %zu blob sha256:%s", st_oci_layout_path(l), li, hex);
-  _cleanup_free_ char *path = st_oci_blob_path(l, &d->digest);
-  st_hasher *h = st_hasher_new();
-  if (!path || !h) {
-    st_hasher_free(h);
-    return st_error_set(err, ST_ENOMEM, "out of memory");
-  }
-  st_src_file f;
-  int rc = st_src_file_open(&f, path, h, err);
-  if (rc < 0) {
-    st_hasher_free(h);
-    return st_error_prefix(err, "%s", what);
-  }
-  st_layer_writer *w = NULL;
-  struct archive *a = NULL;
-  st_dset *dirs = st_dset_new();
+static int read_layer(st_store *s, const st_oci_src *src, size_t li, const st_layer_index *lower,
+                      const st_source_opts *o, st_layer_index **out, st_error *err) {
+  char name[PATH_MAX], what[2 * PATH_MAX + 64];
+  snprintf(what, sizeof what, "oci %s: layer %zu %s", st_oci_src_path(src), li,
+           st_oci_src_layer_name(src, li, name, sizeof name));
+  _cleanup_(st_oci_layer_reader_freep) st_oci_layer_reader *r = NULL;
+  _cleanup_(st_layer_writer_freep) st_layer_writer *w = NULL;
+  _cleanup_(st_dset_freep) st_dset *dirs = st_dset_new();
   if (!dirs)
-    rc = st_error_set(err, ST_ENOMEM, "out of memory");
-  if (rc == ST_OK && (uint64_t)f.size != d->size)
-    rc = st_error_set(err, ST_ECORRUPT, "%s: size %lld, its descriptor says %llu", what,
-                      (long long)f.size, (unsigned long long)d->size);
-  if (rc == ST_OK)
-    rc = st_layer_writer_new(&w, s, o->threads, err);
-  if (rc == ST_OK) {
-    st_layer_writer_set_dir_defaults(w, 0755, 0, 0, o->mtime);
-    st_layer_writer_set_lower(w, lower);
-    if (!(a = st_src_archive_new(false)))
-      rc = st_error_set(err, ST_ENOMEM, "out of memory");
-    else if (st_src_file_attach(a, &f, false) != ARCHIVE_OK)
-      rc = st_src_archive_error(a, &f, what, err);
-  }
-  if (rc == ST_OK) {
-    st_feed fd = {.w = w, .what = what, .dest = "", .mtime = o->mtime, .file = &f,
-                  .oci_whiteouts = true, .dirs = dirs};
-    rc = st_src_feed_archive(a, &fd, err);
-  }
-  if (rc == ST_OK)
-    rc = st_src_file_hash_rest(&f, err);
-  if (rc == ST_OK) { /* the digest decides before anything is used */
-    st_digest got;
-    st_hasher_final(h, &got);
-    if (!st_digest_equal(&got, &d->digest))
-      rc = st_error_set(err, ST_ECORRUPT, "%s: content does not match its digest", what);
-  }
-  if (rc == ST_OK && (rc = st_layer_writer_finish_index(w, out, err)) < 0)
-    st_error_prefix(err, "%s", what);
-  if (rc == ST_OK && (rc = check_parents(*out, lower, dirs, what, err)) < 0) {
+    return st_error_set(err, ST_ENOMEM, "out of memory");
+  int rc = st_oci_layer_reader_open(&r, src, li, err);
+  if (rc < 0)
+    return st_error_prefix(err, "%s", what);
+  if ((rc = st_layer_writer_new(&w, s, o->threads, err)) < 0)
+    return rc;
+  st_layer_writer_set_dir_defaults(w, 0755, 0, 0, o->mtime);
+  st_layer_writer_set_lower(w, lower);
+  st_feed fd = {.w = w, .what = what, .dest = "", .mtime = o->mtime, .oci_whiteouts = true,
+                .dirs = dirs};
+  if ((rc = st_src_feed_archive(st_oci_layer_reader_tar(r), &fd, err)) < 0)
+    return rc;
+  /* the blob digest and the diff_id decide before anything is used */
+  if ((rc = st_oci_layer_reader_finish(r, err)) < 0 ||
+      (rc = st_layer_writer_finish_index(w, out, err)) < 0)
+    return st_error_prefix(err, "%s", what);
+  if ((rc = check_parents(*out, lower, dirs, what, err)) < 0) {
     st_layer_index_free(*out);
     *out = NULL;
   }
-  st_dset_free(dirs);
-  if (a)
-    archive_read_free(a);
-  st_layer_writer_free(w);
-  st_src_file_close(&f);
-  st_hasher_free(h);
   return rc;
 }
 
@@ -150,16 +119,13 @@ int st_source_oci(st_layer_writer *w, st_store *s, const char *path, const char 
   int rc = st_src_dest(o->dest, &dest, err);
   if (rc < 0)
     return st_error_prefix(err, "oci %s", path);
-  _cleanup_(st_oci_layout_freep) st_oci_layout *l = NULL;
-  _cleanup_(st_oci_manifest_freep) st_oci_manifest *m = NULL;
-  _cleanup_(st_oci_config_freep) st_oci_config *c = NULL;
-  if ((rc = st_oci_layout_open(&l, path, err)) < 0 ||
-      (rc = st_oci_layout_image(l, ref, &m, &c, NULL, err)) < 0)
+  _cleanup_(st_oci_src_freep) st_oci_src *src = NULL;
+  if ((rc = st_oci_src_open(&src, path, ref, err)) < 0)
     return rc;
   st_layer_index *tree = NULL;
-  for (size_t i = 0; i < m->n_layers && rc == ST_OK; i++) {
+  for (size_t i = 0; i < st_oci_src_layers(src) && rc == ST_OK; i++) {
     st_layer_index *layer = NULL;
-    rc = read_layer(s, l, &m->layers[i], i, tree, o, &layer, err);
+    rc = read_layer(s, src, i, tree, o, &layer, err);
     if (rc == ST_OK && !tree) {
       tree = layer;
       layer = NULL;
@@ -167,9 +133,9 @@ int st_source_oci(st_layer_writer *w, st_store *s, const char *path, const char 
       st_layer_index *both[2] = {tree, layer}, *next = NULL;
       rc = st_compose_indexes(both, 2, &next, err);
       if (rc < 0) {
-        char hex[ST_DIGEST_HEX_LEN + 1];
-        st_error_prefix(err, "oci %s: layer %zu blob sha256:%s", path, i,
-                        st_digest_hex(&m->layers[i].digest, hex));
+        char name[PATH_MAX];
+        st_error_prefix(err, "oci %s: layer %zu %s", path, i,
+                        st_oci_src_layer_name(src, i, name, sizeof name));
       }
       st_layer_index_free(tree);
       tree = next;
@@ -183,11 +149,13 @@ int st_source_oci(st_layer_writer *w, st_store *s, const char *path, const char 
 }
 
 int st_source_oci_config(const char *path, const char *ref, st_oci_config **out,
-                         st_digest *manifest_digest, st_error *err) {
-  _cleanup_(st_oci_layout_freep) st_oci_layout *l = NULL;
-  _cleanup_(st_oci_manifest_freep) st_oci_manifest *m = NULL;
-  int rc = st_oci_layout_open(&l, path, err);
-  if (rc == ST_OK)
-    rc = st_oci_layout_image(l, ref, &m, out, manifest_digest, err);
-  return rc;
+                         st_digest *key, st_error *err) {
+  _cleanup_(st_oci_src_freep) st_oci_src *src = NULL;
+  int rc = st_oci_src_open(&src, path, ref, err);
+  if (rc < 0)
+    return rc;
+  if (key)
+    *key = *st_oci_src_key(src);
+  *out = st_oci_src_take_config(src);
+  return ST_OK;
 }

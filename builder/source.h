@@ -73,21 +73,23 @@ int st_source_archive(st_layer_writer *w, const char *path, const st_source_opts
 int st_source_deb(st_layer_writer *w, const char *path, const st_source_opts *o,
                   char **control_out, st_error *err);
 
-/* Lays the image `ref` (nullable: the only manifest) of the OCI image layout
- * at path under o->dest: its layers are read bottom first (tar, tar+gzip,
- * tar+zstd), each blob's size and SHA-256 checked against its descriptor
- * while it streams, OCI whiteouts (.wh.NAME) and opaque markers
+/* Lays the image `ref` (nullable: the only one) of the OCI image layout
+ * (a directory or a tarball) or docker archive at path under o->dest: its
+ * layers are read bottom first (tar, tar+gzip, tar+zstd), each blob's size
+ * and SHA-256 checked against its descriptor and the SHA-256 of its
+ * uncompressed tar against the config's diff_id while it streams, OCI whiteouts (.wh.NAME) and opaque markers
  * (.wh..wh..opq) applied, and the composed tree added to w (owners, modes,
  * xattrs, hardlinks kept; mtimes o->mtime). Chunks go to s. Errors name the
  * layout, the layer's blob and the entry: ST_EFORMAT (malformed JSON or tar,
- * truncated stream), ST_ECORRUPT (digest or size mismatch), ST_EUNSAFE
+ * truncated stream), ST_ECORRUPT (digest, diff_id or size mismatch), ST_EUNSAFE
  * (absolute or '..' names, a path below a symlink), ST_ENOENT (no such
  * ref). On failure w holds part of the image: the caller drops it. */
 int st_source_oci(st_layer_writer *w, st_store *s, const char *path, const char *ref,
                   const st_source_opts *o, st_error *err);
-/* The config of that image (owned by caller) and the manifest's digest. */
+/* The config of that image (owned by caller) and key (nullable) the digest
+ * that names its content (st_oci_src_key). */
 int st_source_oci_config(const char *path, const char *ref, st_oci_config **out,
-                         st_digest *manifest_digest, st_error *err);
+                         st_digest *key, st_error *err);
 
 /* A digest of the tree at dir from lstat alone (contents are not read):
  * every path with its type, permission bits, uid, gid, size, mtime in ns and

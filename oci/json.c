@@ -358,6 +358,68 @@ int st_oci_config_parse(st_oci_config **out, const uint8_t *data, size_t len, st
   return ST_OK;
 }
 
+/* ---- docker archives: manifest.json ---- */
+
+static void docker_image_clear(st_docker_image *d) {
+  free(d->config);
+  strv_free(d->repo_tags, d->n_repo_tags);
+  strv_free(d->layers, d->n_layers);
+}
+
+void st_docker_manifest_free(st_docker_manifest *m) {
+  if (!m)
+    return;
+  for (size_t i = 0; i < m->n; i++)
+    docker_image_clear(&m->images[i]);
+  free(m->images);
+  free(m);
+}
+
+static int parse_docker_image(json_t *o, st_docker_image *d, st_error *err) {
+  if (!json_is_object(o))
+    return st_error_set(err, ST_EFORMAT, "not an object");
+  bool has = false;
+  int rc = get_str(o, "Config", true, &d->config, err);
+  if (rc == ST_OK)
+    rc = parse_strv(o, "RepoTags", &d->repo_tags, &d->n_repo_tags, &has, err);
+  if (rc == ST_OK)
+    rc = parse_strv(o, "Layers", &d->layers, &d->n_layers, &has, err);
+  if (rc == ST_OK && !d->layers)
+    rc = st_error_set(err, ST_EFORMAT, "missing \"Layers\"");
+  return rc;
+}
+
+int st_docker_manifest_parse(st_docker_manifest **out, const uint8_t *data, size_t len,
+                             st_error *err) {
+  if (len > ST_OCI_JSON_MAX)
+    return st_error_set(err, ST_ELIMIT, "JSON document over %u bytes", ST_OCI_JSON_MAX);
+  json_error_t je;
+  json_t *j = json_loadb((const char *)data, len, JSON_REJECT_DUPLICATES, &je);
+  if (!j)
+    return st_error_set(err, ST_EFORMAT, "invalid JSON at line %d column %d: %s", je.line,
+                        je.column, je.text);
+  int rc = ST_OK;
+  st_docker_manifest *m = calloc(1, sizeof *m);
+  if (!m)
+    rc = st_error_set(err, ST_ENOMEM, "out of memory");
+  else if (!json_is_array(j) || !json_array_size(j))
+    rc = st_error_set(err, ST_EFORMAT, "not a non-empty JSON array");
+  else if (json_array_size(j) > ST_OCI_LIST_MAX)
+    rc = st_error_set(err, ST_ELIMIT, "more than %d images", ST_OCI_LIST_MAX);
+  else if (!(m->images = calloc(json_array_size(j), sizeof *m->images)))
+    rc = st_error_set(err, ST_ENOMEM, "out of memory");
+  for (size_t i = 0; rc == ST_OK && i < json_array_size(j); i++, m->n++)
+    if ((rc = parse_docker_image(json_array_get(j, i), &m->images[i], err)) < 0)
+      st_error_prefix(err, "[%zu]", i);
+  json_decref(j);
+  if (rc < 0) {
+    st_docker_manifest_free(m);
+    return rc;
+  }
+  *out = m;
+  return ST_OK;
+}
+
 /* ---- writing ---- */
 
 static int dump(json_t *j, char **out, size_t *len, st_error *err) {

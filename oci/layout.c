@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Reading OCI image layout directories: oci-layout, index.json, blobs
- * verified against their descriptors. */
+/* Reading OCI image layouts (a directory, or packed in a tarball):
+ * oci-layout, index.json, blobs verified against their descriptors. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -9,11 +9,12 @@
 #include <unistd.h>
 
 #include "fs.h"
-#include "oci.h"
+#include "import-private.h"
 
 struct st_oci_layout {
   char *path;
-  int dirfd;
+  int dirfd;             /* a directory, or -1 for a layout in tar */
+  const st_oci_tar *tar; /* borrowed, nullable */
   st_oci_index *index;
 };
 
@@ -29,10 +30,18 @@ void st_oci_layout_free(st_oci_layout *l) {
 
 const char *st_oci_layout_path(const st_oci_layout *l) { return l->path; }
 
+/* Reads the file rel of the layout (at most max bytes). */
+static int layout_read(const st_oci_layout *l, const char *rel, size_t max, uint8_t **out,
+                       size_t *len, st_error *err) {
+  if (l->tar)
+    return st_oci_tar_read(l->tar, rel, max, out, len, err);
+  return st_read_file_at(l->dirfd, rel, max, out, len, err);
+}
+
 static int check_oci_layout(st_oci_layout *l, st_error *err) {
   _cleanup_free_ uint8_t *data = NULL;
   size_t len;
-  int rc = st_read_file_at(l->dirfd, "oci-layout", 4096, &data, &len, err);
+  int rc = layout_read(l, "oci-layout", 4096, &data, &len, err);
   if (rc < 0)
     return st_error_prefix(err, "OCI layout %s", l->path);
   const char *key = "\"imageLayoutVersion\"";
@@ -47,41 +56,85 @@ static int check_oci_layout(st_oci_layout *l, st_error *err) {
   return ST_OK;
 }
 
-int st_oci_layout_open(st_oci_layout **out, const char *path, st_error *err) {
-  _cleanup_(st_oci_layout_freep) st_oci_layout *l = calloc(1, sizeof *l);
-  if (!l || !(l->path = strdup(path)))
-    return st_error_set(err, ST_ENOMEM, "out of memory");
-  l->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (l->dirfd < 0)
-    return st_error_errno(err, errno, "OCI layout %s", path);
+/* Checks oci-layout and parses index.json. */
+static int layout_load(st_oci_layout *l, st_error *err) {
   int rc = check_oci_layout(l, err);
   if (rc < 0)
     return rc;
   _cleanup_free_ uint8_t *data = NULL;
   size_t len;
-  if ((rc = st_read_file_at(l->dirfd, "index.json", ST_OCI_JSON_MAX, &data, &len, err)) < 0)
-    return st_error_prefix(err, "OCI layout %s", path);
+  if ((rc = layout_read(l, "index.json", ST_OCI_JSON_MAX, &data, &len, err)) < 0)
+    return st_error_prefix(err, "OCI layout %s", l->path);
   if ((rc = st_oci_index_parse(&l->index, data, len, err)) < 0)
-    return st_error_prefix(err, "OCI layout %s: index.json", path);
+    return st_error_prefix(err, "OCI layout %s: index.json", l->path);
+  return ST_OK;
+}
+
+int st_oci_layout_open(st_oci_layout **out, const char *path, st_error *err) {
+  _cleanup_(st_oci_layout_freep) st_oci_layout *l = calloc(1, sizeof *l);
+  if (!l || !(l->path = strdup(path))) {
+    if (l)
+      l->dirfd = -1;
+    return st_error_set(err, ST_ENOMEM, "out of memory");
+  }
+  l->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (l->dirfd < 0)
+    return st_error_errno(err, errno, "OCI layout %s", path);
+  int rc = layout_load(l, err);
+  if (rc < 0)
+    return rc;
   *out = ST_TAKE_PTR(l);
   return ST_OK;
+}
+
+int st_oci_layout_open_tar(st_oci_layout **out, const st_oci_tar *t, st_error *err) {
+  _cleanup_(st_oci_layout_freep) st_oci_layout *l = calloc(1, sizeof *l);
+  if (!l || !(l->path = strdup(st_oci_tar_path(t)))) {
+    if (l)
+      l->dirfd = -1;
+    return st_error_set(err, ST_ENOMEM, "out of memory");
+  }
+  l->dirfd = -1;
+  l->tar = t;
+  int rc = layout_load(l, err);
+  if (rc < 0)
+    return rc;
+  *out = ST_TAKE_PTR(l);
+  return ST_OK;
+}
+
+/* "a, b, c" of the ref names in the index (at most ~300 bytes) into buf. */
+static const char *ref_names(const st_oci_layout *l, char *buf, size_t size) {
+  size_t n = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < l->index->n && n + 8 < size; i++) {
+    const char *name = l->index->manifests[i].ref_name;
+    int k = snprintf(buf + n, size - n, "%s%.100s", i ? ", " : "", name ? name : "(unnamed)");
+    n += k > 0 ? (size_t)k : 0;
+  }
+  if (n >= size - 8)
+    snprintf(buf + size - 8, 8, ", ...");
+  return buf;
 }
 
 int st_oci_layout_resolve(const st_oci_layout *l, const char *ref, const st_oci_desc **out,
                           st_error *err) {
   const st_oci_desc *found = NULL;
+  char names[320];
   for (size_t i = 0; i < l->index->n; i++) {
     const st_oci_desc *d = &l->index->manifests[i];
     if (ref && (!d->ref_name || strcmp(d->ref_name, ref)))
       continue;
     if (found && !ref)
-      return st_error_set(err, ST_EINVAL, "OCI layout %s: %zu manifests, say which with ref:",
-                          l->path, l->index->n);
+      return st_error_set(err, ST_EINVAL, "OCI layout %s: %zu manifests, say which with ref: "
+                          "(%s)", l->path, l->index->n, ref_names(l, names, sizeof names));
     found = d;
   }
+  if (!found && !ref)
+    return st_error_set(err, ST_ENOENT, "OCI layout %s: no manifest", l->path);
   if (!found)
-    return st_error_set(err, ST_ENOENT, "OCI layout %s: %s%s", l->path,
-                        ref ? "no manifest named " : "no manifest", ref ? ref : "");
+    return st_error_set(err, ST_ENOENT, "OCI layout %s: no manifest named %s (it has: %s)",
+                        l->path, ref, ref_names(l, names, sizeof names));
   if (!strcmp(found->media_type, ST_OCI_MT_INDEX))
     return st_error_set(err, ST_EUNSUPPORTED, "OCI layout %s: %s is a nested image index",
                         l->path, ref ? ref : "the manifest");
@@ -93,11 +146,13 @@ int st_oci_layout_resolve(const st_oci_layout *l, const char *ref, const st_oci_
   return ST_OK;
 }
 
-char *st_oci_blob_path(const st_oci_layout *l, const st_digest *d) {
-  char hex[ST_DIGEST_HEX_LEN + 1], *p = NULL;
-  if (asprintf(&p, "%s/blobs/sha256/%s", l->path, st_digest_hex(d, hex)) < 0)
-    return NULL;
-  return p;
+int st_oci_layout_blob_open(const st_oci_layout *l, const st_oci_desc *d,
+                            st_oci_blob_reader **out, st_error *err) {
+  char hex[ST_DIGEST_HEX_LEN + 1], rel[128];
+  snprintf(rel, sizeof rel, "blobs/sha256/%s", st_digest_hex(&d->digest, hex));
+  if (d->size > INT64_MAX)
+    return st_error_set(err, ST_EFORMAT, "size %llu out of range", (unsigned long long)d->size);
+  return st_oci_blob_reader_open(out, l->dirfd, l->tar, rel, (int64_t)d->size, err);
 }
 
 int st_oci_blob_read(const st_oci_layout *l, const st_oci_desc *d, size_t max, uint8_t **out,
@@ -110,7 +165,7 @@ int st_oci_blob_read(const st_oci_layout *l, const st_oci_desc *d, size_t max, u
                         l->path, hex, (unsigned long long)d->size, max);
   uint8_t *data = NULL;
   size_t n;
-  int rc = st_read_file_at(l->dirfd, rel, max, &data, &n, err);
+  int rc = layout_read(l, rel, max, &data, &n, err);
   if (rc < 0)
     return st_error_prefix(err, "OCI layout %s: blob sha256:%s", l->path, hex);
   st_digest got;

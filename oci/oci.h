@@ -82,6 +82,25 @@ void st_oci_config_free(st_oci_config *c);
 ST_DEFINE_FREEP(st_oci_index, st_oci_index_free)
 ST_DEFINE_FREEP(st_oci_manifest, st_oci_manifest_free)
 ST_DEFINE_FREEP(st_oci_config, st_oci_config_free)
+/* manifest.json of a docker archive (docker save, docker-archive): one
+ * entry per image. */
+typedef struct {
+  char *config;     /* owned: the member holding the config */
+  char **repo_tags; /* owned, may be empty: "name:tag" */
+  size_t n_repo_tags;
+  char **layers;    /* owned: members holding the layer tars, bottom first */
+  size_t n_layers;
+} st_docker_image;
+
+typedef struct {
+  st_docker_image *images; /* owned, at least one */
+  size_t n;
+} st_docker_manifest;
+
+int st_docker_manifest_parse(st_docker_manifest **out, const uint8_t *data, size_t len,
+                             st_error *err);
+void st_docker_manifest_free(st_docker_manifest *m);
+ST_DEFINE_FREEP(st_docker_manifest, st_docker_manifest_free)
 /* True for the layer media types strata reads (tar, +gzip, +zstd, docker's). */
 bool st_oci_layer_type_ok(const char *media_type);
 
@@ -116,12 +135,57 @@ int st_oci_layout_resolve(const st_oci_layout *l, const char *ref, const st_oci_
  * ST_ECORRUPT naming the blob on a mismatch. */
 int st_oci_blob_read(const st_oci_layout *l, const st_oci_desc *d, size_t max, uint8_t **out,
                      size_t *len, st_error *err);
-/* The path of a blob (malloc'd). */
-char *st_oci_blob_path(const st_oci_layout *l, const st_digest *d);
 /* Resolves ref, reads and parses the manifest and the config. manifest_digest
  * (nullable) gets the manifest's digest. */
 int st_oci_layout_image(const st_oci_layout *l, const char *ref, st_oci_manifest **m_out,
                         st_oci_config **c_out, st_digest *manifest_digest, st_error *err);
+
+/* ---- importing an image (oci: sources) ---- */
+
+/* An image to import: one manifest of an OCI layout (a directory, or packed
+ * in a tarball), or one image of a docker archive (`docker save`,
+ * `docker-archive:`; a tarball with manifest.json). */
+typedef struct st_oci_src st_oci_src;
+/* Opens path (a directory or a tarball), selects ref (nullable: the only
+ * image; an OCI ref.name annotation, or one of a docker image's RepoTags,
+ * "name:tag", docker.io names normalised) and reads and verifies its
+ * manifest and config: blobs against their descriptors, docker members
+ * named by their digest (<hex>.json, blobs/sha256/<hex>) against it, one
+ * diff_id per layer, every layer member present. Errors name path and the
+ * file, blob or member: ST_EFORMAT, ST_ECORRUPT, ST_ENOENT (an unknown ref
+ * or missing member; the message lists the refs there are), ST_EINVAL
+ * (several images and no ref). */
+int st_oci_src_open(st_oci_src **out, const char *path, const char *ref, st_error *err);
+void st_oci_src_free(st_oci_src *s);
+ST_DEFINE_FREEP(st_oci_src, st_oci_src_free)
+const char *st_oci_src_path(const st_oci_src *s);
+const st_oci_config *st_oci_src_config(const st_oci_src *s);
+/* Hands the config out (the source keeps none). */
+st_oci_config *st_oci_src_take_config(st_oci_src *s);
+/* What names the image's content: the manifest digest (OCI), the config's
+ * digest (docker archives: its diff_ids name every layer, checked on
+ * import). */
+const st_digest *st_oci_src_key(const st_oci_src *s);
+size_t st_oci_src_layers(const st_oci_src *s);
+/* "blob sha256:<hex>" or "member <name>" for layer i, into buf. */
+const char *st_oci_src_layer_name(const st_oci_src *s, size_t i, char *buf, size_t size);
+
+struct archive;
+/* Layer i being read in one pass: its blob is hashed as it streams,
+ * decompressed (gzip, zstd, ... or none, whatever it is), and the
+ * uncompressed tar hashed for its diff_id as it feeds a tar reader. */
+typedef struct st_oci_layer_reader st_oci_layer_reader;
+int st_oci_layer_reader_open(st_oci_layer_reader **out, const st_oci_src *s, size_t i,
+                             st_error *err);
+/* The tar reader (owned by r) of the layer's entries. */
+struct archive *st_oci_layer_reader_tar(st_oci_layer_reader *r);
+/* After the tar reader's end: reads the rest, then checks the blob's size
+ * and digest (ST_ECORRUPT "content does not match its digest") and the
+ * uncompressed tar's SHA-256 against the config's diff_id (ST_ECORRUPT
+ * naming both). Errors are detail only: the caller names the layer. */
+int st_oci_layer_reader_finish(st_oci_layer_reader *r, st_error *err);
+void st_oci_layer_reader_free(st_oci_layer_reader *r);
+ST_DEFINE_FREEP(st_oci_layer_reader, st_oci_layer_reader_free)
 
 /* ---- layer tars ---- */
 
