@@ -1,7 +1,8 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # Hostile OCI layouts as oci: recipe sources: a malformed index.json or
-# manifest, a blob whose digest or size does not match its descriptor, '..'
+# manifest, a blob whose digest or size does not match its descriptor, a
+# config whose diff_id is not the layer's uncompressed tar's SHA-256, '..'
 # and absolute names, a write through a symlink (in the same layer and in
 # the next), a truncated gzip stream, an unknown ref: each fails with one
 # line naming the layout, the layer's blob and the entry, exit 1, and
@@ -16,7 +17,9 @@ cd "$W"
 cat >mk.py <<'P'
 # mk.py DIR SPEC: an OCI layout whose layers are built from SPEC (python literal):
 # a list of layers, each {"comp": "gzip"|"none", "entries": [(name, type, data/target)],
-# "truncate": N (cut the blob to N bytes), "flip": N (invert byte N after hashing)}
+# "truncate": N (cut the blob to N bytes), "flip": N (invert byte N after hashing),
+# "bad_diff": True (the config's diff_id is not the tar's; digests of blobs, config,
+# manifest all consistent)}
 import gzip, hashlib, io, json, os, sys, tarfile
 d, spec = sys.argv[1], eval(sys.argv[2])
 os.makedirs(d + "/blobs/sha256", exist_ok=True)
@@ -39,7 +42,7 @@ for l in spec:
             elif typ == "sym":
                 ti.type = tarfile.SYMTYPE; ti.linkname = val; t.addfile(ti)
     tar = buf.getvalue()
-    diffs.append("sha256:" + hashlib.sha256(tar).hexdigest())
+    diffs.append("sha256:" + hashlib.sha256(tar + b"x" * l.get("bad_diff", 0)).hexdigest())
     data = gzip.compress(tar, mtime=0) if l.get("comp", "gzip") == "gzip" else tar
     if "truncate" in l:
         data = data[: l["truncate"]]
@@ -116,6 +119,13 @@ expect_bad escape1 "escape1: layer 0 blob sha256:$l: .*parent of 'link/evil' is 
 # truncated gzip (the descriptor matches the truncated blob)
 l=$(python3 mk.py trunc "[{'entries': [('big', 'file', bytes(range(256)) * 4000)], 'truncate': 600}]")
 expect_bad trunc "trunc: layer 0 blob sha256:$l: .*(truncated|Truncated|premature|end of)"
+# the config's diff_id is not the SHA-256 of the uncompressed tar (every blob, the
+# config, the manifest and index.json are consistent): gzip and plain layers
+l=$(python3 mk.py baddiff "[{'entries': $ok_entries}, {'entries': [('etc/g', 'file', b'g')], 'bad_diff': 1}]")
+l=${l#* }
+expect_bad baddiff "baddiff: layer 1 blob sha256:$l: uncompressed tar sha256:[0-9a-f]{64} does not match its diff_id sha256:[0-9a-f]{64}"
+l=$(python3 mk.py baddiff0 "[{'comp': 'none', 'entries': $ok_entries, 'bad_diff': 1}]")
+expect_bad baddiff0 "baddiff0: layer 0 blob sha256:$l: uncompressed tar sha256:[0-9a-f]{64} does not match its diff_id"
 # a blob shorter than its descriptor says
 l=$(python3 mk.py short "[{'entries': $ok_entries}]")
 truncate -s 10 "short/blobs/sha256/$l"
@@ -123,7 +133,7 @@ expect_bad short "short: layer 0 blob sha256:$l: size 10, its descriptor says"
 # an unknown ref
 python3 mk.py noref "[{'entries': $ok_entries}]" >/dev/null
 printf 'image: bad\ntag: "1"\nlayers:\n  - name: base\n    sources:\n      - oci: noref\n        ref: nope\n' >noref.yaml
-expect_fail 1 'noref: no manifest named nope' "$STRATA" --store "$S" build noref.yaml
+expect_fail 1 'noref: no manifest named nope \(it has: t\)' "$STRATA" --store "$S" build noref.yaml
 nothing_imported
 # ref only applies to oci sources
 printf 'image: bad\nlayers:\n  - name: base\n    sources:\n      - dir: .\n        ref: x\n' >refdir.yaml

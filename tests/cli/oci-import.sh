@@ -17,31 +17,7 @@ cd "$W"
 S=$T/store
 
 # --- a base image made by umoci ---
-expect_ok umoci init --layout base
-expect_ok umoci new --image base:v1
-expect_ok umoci unpack --image base:v1 "$T/b"
-R=$T/b/rootfs
-mkdir -p "$R/etc" "$R/usr/bin" "$R/var/cache/junk" "$R/home/user"
-printf 'base motd\n' >"$R/etc/motd"
-printf 'drop me\n' >"$R/etc/drop"
-printf 'junk\n' >"$R/var/cache/junk/a"
-text_file "$R/usr/bin/big" 300000
-printf '#!/bin/sh\n' >"$R/usr/bin/tool"
-chmod 4755 "$R/usr/bin/tool"
-ln "$R/usr/bin/tool" "$R/usr/bin/tool-link"
-ln -s ../etc/motd "$R/usr/motd"
-chown -R 1000:1000 "$R/home/user"
-chmod 0750 "$R/home/user"
-setfattr -n user.base -v yes "$R/etc/motd" 2>/dev/null || true
-expect_ok umoci repack --image base:v1 "$T/b"
-rm "$R/etc/drop"
-rm -r "$R/var/cache/junk"
-printf 'second layer\n' >"$R/etc/second"
-expect_ok umoci repack --image base:v1 "$T/b"
-expect_ok umoci config --image base:v1 --config.env FOO=base --config.env KEEP=1 \
-  --config.entrypoint /bin/sh --config.cmd -c --config.cmd true \
-  --config.workingdir /home/user --config.label vendor=acme --config.label tier=base
-expect_ok umoci unpack --image base:v1 "$T/want"
+umoci_base base "$T/want"
 
 mkdir -p extra/opt
 printf 'extra\n' >extra/opt/extra

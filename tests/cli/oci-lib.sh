@@ -19,6 +19,12 @@
 #                                and push) and bob (pull only), and a docker-registry with
 #                                token auth trusting it on 127.0.0.1:$TREG_PORT (plain HTTP)
 #   manifest_digest_of_tag L TAG the manifest digest index.json of layout L gives TAG
+#   umoci_base L WANT            an OCI layout L (made by umoci) with image v1: two layers
+#                                (the second whiteouts a file and a directory), set-id bits,
+#                                a hardlink, a symlink, owners, an xattr, and a config (Env
+#                                FOO=base KEEP=1, Entrypoint /bin/sh, Cmd -c true, WorkingDir
+#                                /home/user, Labels vendor=acme tier=base); umoci's unpack of
+#                                it in WANT (rootfs/)
 
 oci_tools() {
   command -v skopeo >/dev/null || skip "skopeo not installed"
@@ -154,4 +160,34 @@ for m in idx["manifests"]:
     if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == sys.argv[2]:
         print(m["digest"])
 P
+}
+
+umoci_base() {
+  local L=$1 want=$2 b
+  b=$(mktemp -d "$T/umoci-base.XXXXXX")
+  expect_ok umoci init --layout "$L"
+  expect_ok umoci new --image "$L:v1"
+  expect_ok umoci unpack --image "$L:v1" "$b/b"
+  local R=$b/b/rootfs
+  mkdir -p "$R/etc" "$R/usr/bin" "$R/var/cache/junk" "$R/home/user"
+  printf 'base motd\n' >"$R/etc/motd"
+  printf 'drop me\n' >"$R/etc/drop"
+  printf 'junk\n' >"$R/var/cache/junk/a"
+  text_file "$R/usr/bin/big" 300000
+  printf '#!/bin/sh\n' >"$R/usr/bin/tool"
+  chmod 4755 "$R/usr/bin/tool"
+  ln "$R/usr/bin/tool" "$R/usr/bin/tool-link"
+  ln -s ../etc/motd "$R/usr/motd"
+  chown -R 1000:1000 "$R/home/user"
+  chmod 0750 "$R/home/user"
+  setfattr -n user.base -v yes "$R/etc/motd" 2>/dev/null || true
+  expect_ok umoci repack --image "$L:v1" "$b/b"
+  rm "$R/etc/drop"
+  rm -r "$R/var/cache/junk"
+  printf 'second layer\n' >"$R/etc/second"
+  expect_ok umoci repack --image "$L:v1" "$b/b"
+  expect_ok umoci config --image "$L:v1" --config.env FOO=base --config.env KEEP=1 \
+    --config.entrypoint /bin/sh --config.cmd -c --config.cmd true \
+    --config.workingdir /home/user --config.label vendor=acme --config.label tier=base
+  expect_ok umoci unpack --image "$L:v1" "$want"
 }
