@@ -29,12 +29,13 @@ cat >dk.py <<'P'
 #   merge A B DST                         one archive with the images of A and B
 #   flip SRC MEMBER                       invert a byte of the first file inside layer MEMBER
 #   docker25 LAYOUT REF DST               the layout plus manifest.json (newer docker save)
+#   longnames SRC DST pax|gnu              layers moved under a 270-byte directory name
 import io, json, os, sys, tarfile
 def members(path):
     with tarfile.open(path) as t:
         return [(m, t.extractfile(m).read() if m.isfile() else None) for m in t.getmembers()]
-def write(dst, ms):
-    with tarfile.open(dst, "w", format=tarfile.USTAR_FORMAT) as t:
+def write(dst, ms, fmt=tarfile.USTAR_FORMAT):
+    with tarfile.open(dst, "w", format=fmt) as t:
         for m, data in ms:
             if data is not None:
                 m.size = len(data)
@@ -76,6 +77,15 @@ elif cmd == "flip":
     with open(a[0], "r+b") as fh:
         fh.seek(outer + f.offset_data); b = fh.read(1)
         fh.seek(outer + f.offset_data); fh.write(bytes([b[0] ^ 0xff]))
+elif cmd == "longnames":
+    ms, d = members(a[0]), "d" * 150 + "/" + "e" * 120 + "/"
+    man = json.loads(dict((m.name, d) for m, d in ms)["manifest.json"])
+    for m, _ in ms:
+        if m.name in man[0]["Layers"]:
+            m.name = d + m.name
+    man[0]["Layers"] = [d + l for l in man[0]["Layers"]]
+    write(a[1], put(ms, "manifest.json", json.dumps(man).encode()),
+          {"pax": tarfile.PAX_FORMAT, "gnu": tarfile.GNU_FORMAT}[a[2]])
 elif cmd == "docker25":
     lay, ref, dst = a
     idx = json.load(open(lay + "/index.json"))
@@ -135,6 +145,11 @@ imports_same gz ./docker.tar.gz
 expect_ok python3 dk.py legacy docker.tar legacy.tar
 tar tvf legacy.tar | grep -q 'layer.tar -> ' || fail "skopeo wrote no <id>/layer.tar symlinks"
 imports_same legacy ./legacy.tar
+# members with long names (pax and GNU extended headers before theirs)
+for fmt in pax gnu; do
+  expect_ok python3 dk.py longnames docker.tar "long-$fmt.tar" $fmt
+  imports_same "long$fmt" "./long-$fmt.tar"
+done
 # the newer docker save shape, and a plain OCI layout packed with tar
 expect_ok python3 dk.py docker25 base v1 docker25.tar
 imports_same d25 ./docker25.tar acme/base:v1

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target for the OCI JSON parsers (outside input: index.json,
- * manifests and configs of image layouts and registries). Property: parsing
+ * manifests and configs of image layouts and registries, docker archives'
+ * manifest.json). Property: parsing
  * never crashes or leaks, and an index that parses can be extended by the
  * index writer into JSON that parses again with one more manifest. Built
  * with -fsanitize=fuzzer when -Dfuzzing=true (clang); otherwise replay.c's
@@ -18,6 +19,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   st_oci_manifest *m = NULL;
   st_oci_config *c = NULL;
   st_oci_index *x = NULL;
+  st_docker_manifest *dm = NULL;
+  if (st_docker_manifest_parse(&dm, data, size, NULL) == ST_OK) {
+    for (size_t i = 0; i < dm->n; i++)
+      if (!dm->images[i].config || !dm->images[i].layers)
+        abort(); /* a parsed image always names its config and layers */
+    st_docker_manifest_free(dm);
+  }
   if (st_oci_manifest_parse(&m, data, size, NULL) == ST_OK)
     st_oci_manifest_free(m);
   if (st_oci_config_parse(&c, data, size, NULL) == ST_OK)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* OCI JSON: parsing index, manifest and config (and refusing malformed
- * ones), deterministic config and manifest output that parses back, and
- * index.json updates that replace a tag and keep the rest. */
+/* OCI JSON: parsing index, manifest and config, and docker archives'
+ * manifest.json (and refusing malformed ones), deterministic config and
+ * manifest output that parses back, and index.json updates that replace a
+ * tag and keep the rest. */
 #include "testutil.h"
 
 #include <stdlib.h>
@@ -133,11 +134,47 @@ static void test_writers(void **state) {
   assert_int_equal(st_oci_index_json((const uint8_t *)"{", 1, &d, &out, &len, &err), ST_EFORMAT);
 }
 
+static void test_docker_manifest(void **state) {
+  static const char text[] =
+      "[{\"Config\":\"c.json\",\"RepoTags\":[\"a:1\",\"docker.io/b/c:2\"],"
+      "\"Layers\":[\"l1/layer.tar\",\"l2.tar\"]},"
+      "{\"Config\":\"blobs/sha256/x\",\"RepoTags\":null,\"Layers\":[]}]";
+  st_docker_manifest *m = NULL;
+  st_error err = {0};
+  assert_int_equal(st_docker_manifest_parse(&m, (const uint8_t *)text, strlen(text), &err),
+                   ST_OK);
+  assert_int_equal(m->n, 2);
+  assert_string_equal(m->images[0].config, "c.json");
+  assert_int_equal(m->images[0].n_repo_tags, 2);
+  assert_string_equal(m->images[0].repo_tags[1], "docker.io/b/c:2");
+  assert_int_equal(m->images[0].n_layers, 2);
+  assert_string_equal(m->images[0].layers[0], "l1/layer.tar");
+  assert_int_equal(m->images[1].n_repo_tags, 0);
+  assert_int_equal(m->images[1].n_layers, 0);
+  st_docker_manifest_free(m);
+  static const char *const bad[] = {
+      "", "{}", "[]", "[5]", "[{\"Layers\":[]}]", "[{\"Config\":\"c\"}]",
+      "[{\"Config\":5,\"Layers\":[]}]", "[{\"Config\":\"c\",\"Layers\":[5]}]",
+      "[{\"Config\":\"c\",\"Layers\":\"x\"}]",
+      "[{\"Config\":\"c\",\"RepoTags\":{},\"Layers\":[]}]",
+      "[{\"Config\":\"c\",\"Config\":\"d\",\"Layers\":[]}]", "[{\"Config\":\"c\",\"Layers\":[]}",
+  };
+  for (size_t i = 0; i < ST_ARRAY_SIZE(bad); i++) {
+    m = NULL;
+    st_error_clear(&err);
+    assert_int_equal(st_docker_manifest_parse(&m, (const uint8_t *)bad[i], strlen(bad[i]), &err),
+                     ST_EFORMAT);
+    assert_null(m);
+    assert_true(err.msg[0] != '\0' && !strchr(err.msg, '\n'));
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_index),
       cmocka_unit_test(test_manifest_and_config),
       cmocka_unit_test(test_writers),
+      cmocka_unit_test(test_docker_manifest),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
