@@ -234,8 +234,9 @@ static int index_members(st_oci_tar *t, st_error *err) {
   }
   if (rc == ST_OK && r != ARCHIVE_EOF) {
     const char *msg = archive_error_string(a);
-    rc = st_error_set(err, ST_EFORMAT, "tarball %s: %s%s%s%s", t->path, k ? "after member '" : "",
-                      last, k ? "': " : "", !f.buf ? "out of memory" : msg ? msg : "not a tar archive");
+    rc = st_error_set(err, ST_EFORMAT, "tarball %s: %s%s%s%s", t->path,
+                      k ? "after member '" : "", last, k ? "': " : "",
+                      !f.buf ? "out of memory" : msg ? msg : "not a tar archive");
   }
   if (rc == ST_OK && k == 0)
     rc = st_error_set(err, ST_EFORMAT, "tarball %s: no members", t->path);
