@@ -16,6 +16,7 @@
 
 #include "cleanup.h"
 #include "log.h"
+#include "oci.h"
 #include "source-private.h"
 
 #define READ_BUF (128u << 10)
@@ -139,13 +140,7 @@ struct archive *st_src_archive_new(bool all_formats) {
     return NULL;
   /* Explicit lists, not *_all(): no mtree (its entries name host files) and
    * no filter that runs an external program by design. */
-  archive_read_support_filter_gzip(a);
-  archive_read_support_filter_bzip2(a);
-  archive_read_support_filter_xz(a);
-  archive_read_support_filter_lzma(a);
-  archive_read_support_filter_zstd(a);
-  archive_read_support_filter_lz4(a);
-  archive_read_support_filter_compress(a);
+  st_oci_archive_filters(a);
   archive_read_support_format_tar(a);
   if (all_formats) {
     archive_read_support_format_cpio(a);

@@ -8,10 +8,6 @@
 
 #include "oci.h"
 
-/* Adds the decompression filters image blobs and tarballs may use (an
- * explicit list: none that runs an external program). */
-void st_oci_archive_filters(struct archive *a);
-
 /* ---- tarballs (oci/tarball.c) ---- */
 
 typedef struct st_oci_tar st_oci_tar;

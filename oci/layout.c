@@ -70,16 +70,19 @@ static int layout_load(st_oci_layout *l, st_error *err) {
   return ST_OK;
 }
 
-int st_oci_layout_open(st_oci_layout **out, const char *path, st_error *err) {
+/* A layout over dirfd (consumed) or t (borrowed). */
+static int layout_new(st_oci_layout **out, const char *path, int dirfd, const st_oci_tar *t,
+                      st_error *err) {
   _cleanup_(st_oci_layout_freep) st_oci_layout *l = calloc(1, sizeof *l);
   if (!l || !(l->path = strdup(path))) {
     if (l)
       l->dirfd = -1;
+    if (dirfd >= 0)
+      close(dirfd);
     return st_error_set(err, ST_ENOMEM, "out of memory");
   }
-  l->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (l->dirfd < 0)
-    return st_error_errno(err, errno, "OCI layout %s", path);
+  l->dirfd = dirfd;
+  l->tar = t;
   int rc = layout_load(l, err);
   if (rc < 0)
     return rc;
@@ -87,20 +90,15 @@ int st_oci_layout_open(st_oci_layout **out, const char *path, st_error *err) {
   return ST_OK;
 }
 
+int st_oci_layout_open(st_oci_layout **out, const char *path, st_error *err) {
+  int dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dirfd < 0)
+    return st_error_errno(err, errno, "OCI layout %s", path);
+  return layout_new(out, path, dirfd, NULL, err);
+}
+
 int st_oci_layout_open_tar(st_oci_layout **out, const st_oci_tar *t, st_error *err) {
-  _cleanup_(st_oci_layout_freep) st_oci_layout *l = calloc(1, sizeof *l);
-  if (!l || !(l->path = strdup(st_oci_tar_path(t)))) {
-    if (l)
-      l->dirfd = -1;
-    return st_error_set(err, ST_ENOMEM, "out of memory");
-  }
-  l->dirfd = -1;
-  l->tar = t;
-  int rc = layout_load(l, err);
-  if (rc < 0)
-    return rc;
-  *out = ST_TAKE_PTR(l);
-  return ST_OK;
+  return layout_new(out, st_oci_tar_path(t), -1, t, err);
 }
 
 /* "a, b, c" of the ref names in the index (at most ~300 bytes) into buf. */

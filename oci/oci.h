@@ -171,6 +171,11 @@ size_t st_oci_src_layers(const st_oci_src *s);
 const char *st_oci_src_layer_name(const st_oci_src *s, size_t i, char *buf, size_t size);
 
 struct archive;
+/* Adds to a reader the decompression filters strata reads (an explicit
+ * list: gzip, bzip2, xz, lzma, zstd, lz4, compress; none that runs an
+ * external program). */
+void st_oci_archive_filters(struct archive *a);
+
 /* Layer i being read in one pass: its blob is hashed as it streams,
  * decompressed (gzip, zstd, ... or none, whatever it is), and the
  * uncompressed tar hashed for its diff_id as it feeds a tar reader. */
