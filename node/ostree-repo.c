@@ -33,7 +33,8 @@ ST_DEFINE_FREEP(st_pool, st_pool_free)
 struct st_ostree {
   OstreeRepo *repo;
   bool user_mode;
-  st_filemap *files; /* <repo>.files: file identity -> content object */
+  char *files_path;  /* <repo>.files */
+  st_filemap *files; /* file identity -> content object; loaded by the first layer write */
 };
 
 /* The edge: a GError becomes an st_error with the closest code. */
@@ -99,11 +100,10 @@ int st_ostree_open(st_ostree **out, const char *path, st_error *err) {
     return st_error_set(err, ST_ENOMEM, "out of memory");
   r->repo = g_steal_pointer(&repo);
   r->user_mode = mode == OSTREE_REPO_MODE_BARE_USER_ONLY;
-  g_autofree char *map = g_strdup_printf("%s.files", path);
-  int rc = st_filemap_open(&r->files, map, err);
-  if (rc < 0) {
+  if (asprintf(&r->files_path, "%s.files", path) < 0) {
+    r->files_path = NULL;
     st_ostree_free(r);
-    return rc;
+    return st_error_set(err, ST_ENOMEM, "out of memory");
   }
   *out = r;
   return ST_OK;
@@ -114,6 +114,7 @@ void st_ostree_free(st_ostree *r) {
     return;
   g_clear_object(&r->repo);
   st_filemap_free(r->files);
+  free(r->files_path);
   free(r);
 }
 
@@ -127,6 +128,19 @@ static int resolve(st_ostree *r, const char *ref, char **commit_out, st_error *e
     return gerr_to_st(err, gerr, "ref %s", ref);
   *commit_out = rev;
   return rev ? 1 : 0;
+}
+
+/* The commit of a layer or image ref; ST_ENOENT "<what> sha256:<hex> is not
+ * committed" when there is none. */
+static int committed(st_ostree *r, const char *prefix, const st_digest *d, const char *what,
+                     char **rev_out, st_error *err) {
+  char ref[128], hex[ST_DIGEST_HEX_LEN + 1];
+  ref_name(ref, sizeof ref, prefix, d);
+  int rc = resolve(r, ref, rev_out, err);
+  if (rc == 0)
+    return st_error_set(err, ST_ENOENT, "%s sha256:%s is not committed", what,
+                        st_digest_hex(d, hex));
+  return rc < 0 ? rc : ST_OK;
 }
 
 static int has_ref(st_ostree *r, const char *prefix, const st_digest *d, st_error *err) {
@@ -212,17 +226,14 @@ static int file_key(st_ostree *r, const st_entry *e, st_digest *out) {
 
 /* The content object of a file the repo already has (by the file map), or
  * NULL. */
-static char *known_object(st_ostree *r, const st_digest *key, st_error *err) {
+static char *known_object(st_ostree *r, const st_digest *key) {
   const uint8_t *raw = st_filemap_get(r->files, key);
   if (!raw)
     return NULL;
   char *csum = ostree_checksum_from_bytes(raw);
   gboolean have = FALSE;
-  g_autoptr(GError) gerr = NULL;
-  if (!ostree_repo_has_object(r->repo, OSTREE_OBJECT_TYPE_FILE, csum, &have, NULL, &gerr)) {
-    gerr_to_st(err, gerr, "object %s", csum);
-    have = FALSE;
-  }
+  if (!ostree_repo_has_object(r->repo, OSTREE_OBJECT_TYPE_FILE, csum, &have, NULL, NULL))
+    have = FALSE; /* then the file is simply written */
   if (!have)
     g_free(g_steal_pointer(&csum));
   return csum;
@@ -232,7 +243,7 @@ static int write_regular(layer_job *j, size_t i, const st_entry *e, char **csum_
                          st_error *err) {
   if (file_key(j->r, e, &j->keys[i]) < 0)
     return st_error_set(err, ST_ENOMEM, "out of memory");
-  if ((*csum_out = known_object(j->r, &j->keys[i], err)))
+  if ((*csum_out = known_object(j->r, &j->keys[i])))
     return ST_OK;
   j->written[i] = true;
   g_autoptr(GError) gerr = NULL;
@@ -470,6 +481,8 @@ int st_ostree_write_layer(st_ostree *r, st_store *cache, const st_digest *layer,
   snprintf(subject, sizeof subject, "layer sha256:%s", hex);
   _cleanup_(st_layer_index_freep) st_layer_index *idx = NULL;
   int rc = st_layer_index_load(&idx, cache, layer, err);
+  if (rc == ST_OK && !r->files)
+    rc = st_filemap_open(&r->files, r->files_path, err);
   if (rc < 0)
     return rc;
   size_t n = st_layer_index_count(idx);
@@ -541,15 +554,11 @@ static void layer_commit_clear(layer_commit *c) {
 
 static int load_layer_commit(st_ostree *r, const st_digest *layer, layer_commit *out,
                              st_error *err) {
-  char ref[128], hex[ST_DIGEST_HEX_LEN + 1];
-  ref_name(ref, sizeof ref, LAYER_REF, layer);
+  char hex[ST_DIGEST_HEX_LEN + 1];
   g_autofree char *rev = NULL;
-  int rc = resolve(r, ref, &rev, err);
+  int rc = committed(r, LAYER_REF, layer, "layer", &rev, err);
   if (rc < 0)
     return rc;
-  if (rc == 0)
-    return st_error_set(err, ST_ENOENT, "layer sha256:%s is not committed",
-                        st_digest_hex(layer, hex));
   g_autoptr(GError) gerr = NULL;
   g_autoptr(GVariant) commit = NULL;
   if (!ostree_repo_load_commit(r->repo, rev, &commit, NULL, &gerr))
@@ -692,15 +701,11 @@ int st_ostree_write_image(st_ostree *r, const st_digest *image, const st_digest 
 
 int st_ostree_checkout_image(st_ostree *r, const st_digest *image, int dfd, const char *path,
                              st_error *err) {
-  char ref[128], hex[ST_DIGEST_HEX_LEN + 1];
-  ref_name(ref, sizeof ref, IMAGE_REF, image);
+  char hex[ST_DIGEST_HEX_LEN + 1];
   g_autofree char *rev = NULL;
-  int rc = resolve(r, ref, &rev, err);
+  int rc = committed(r, IMAGE_REF, image, "image", &rev, err);
   if (rc < 0)
     return rc;
-  if (rc == 0)
-    return st_error_set(err, ST_ENOENT, "image sha256:%s is not committed",
-                        st_digest_hex(image, hex));
   OstreeRepoCheckoutAtOptions opts = {0};
   opts.mode = r->user_mode ? OSTREE_REPO_CHECKOUT_MODE_USER : OSTREE_REPO_CHECKOUT_MODE_NONE;
   opts.overwrite_mode = OSTREE_REPO_CHECKOUT_OVERWRITE_NONE;
