@@ -116,3 +116,10 @@ int cli_parse_size(const char *text, uint64_t *out) {
   *out = (uint64_t)v << shift;
   return 0;
 }
+
+int cli_parse_size_opt(const char *name, const char *text, uint64_t *out) {
+  if (cli_parse_size(text, out) == 0)
+    return 0;
+  fprintf(stderr, "strata: invalid --%s '%s' (bytes, e.g. 50M)\n", name, text);
+  return -1;
+}

@@ -58,6 +58,9 @@ int cli_fail(const st_error *err);
 int cli_usage_error(const char *usage, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Parses an unsigned decimal number with an optional K/M/G suffix. */
 int cli_parse_size(const char *text, uint64_t *out);
+/* cli_parse_size for option --NAME; prints "strata: invalid --NAME 'TEXT'
+ * (bytes, e.g. 50M)" and returns -1 on a bad value. */
+int cli_parse_size_opt(const char *name, const char *text, uint64_t *out);
 
 int cmd_store(cli_ctx *ctx, int argc, char **argv);
 /* `env run` (cmd-env-run.c): argv[0] is "run". */

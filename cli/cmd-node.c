@@ -103,11 +103,9 @@ static int extra_opt(int c, const char *arg, void *ud) {
   case OPT_NO_WAIT: o->no_wait = true; return 0;
   case OPT_MAX_RATE:
   case OPT_MAX_BYTES:
-    if (cli_parse_size(arg, c == OPT_MAX_RATE ? &o->max_rate : &o->max_bytes) < 0) {
-      fprintf(stderr, "strata: invalid --%s '%s' (bytes, e.g. 50M)\n",
-              c == OPT_MAX_RATE ? "max-rate" : "max-bytes", arg);
+    if (cli_parse_size_opt(c == OPT_MAX_RATE ? "max-rate" : "max-bytes", arg,
+                           c == OPT_MAX_RATE ? &o->max_rate : &o->max_bytes) < 0)
       o->bad_value = true;
-    }
     return 0;
   default: return -1;
   }

@@ -85,10 +85,8 @@ static int transfer_opt(int c, const char *arg, void *ud) {
   transfer_opts *o = ud;
   if (c != OPT_RATE)
     return remote_extra(c, arg, &o->remote);
-  if (cli_parse_size(arg, &o->max_rate) < 0 || o->max_rate == 0) {
-    fprintf(stderr, "strata: invalid --max-rate '%s' (bytes per second, e.g. 50M)\n", arg);
+  if (cli_parse_size_opt("max-rate", arg, &o->max_rate) < 0)
     exit(CLI_EXIT_USAGE);
-  }
   return 0;
 }
 

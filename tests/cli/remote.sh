@@ -30,6 +30,7 @@ ADDR=$s1_ADDR
 
 # usage and auth errors
 expect_fail 2 "server ADDR is required" "$STRATA" --store "$A" push demo:v1
+expect_fail 2 "invalid --max-rate 'fast'" "$STRATA" --store "$A" pull demo:v1 --server 127.0.0.1:1 --max-rate fast
 expect_fail 1 "authentication failed.*missing bearer token" "$STRATA" --store "$A" push demo:v1 --server "$ADDR"
 expect_fail 1 "authentication failed.*unknown bearer token" "$STRATA" --store "$A" push demo:v1 --server "$ADDR" --token st_nope
 expect_fail 1 "permission denied.*reader.*needs role push" "$STRATA" --store "$A" push demo:v1 --server "$ADDR" --token "$TOK_PULL"
